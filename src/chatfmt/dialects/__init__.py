@@ -1,0 +1,59 @@
+"""Dialects by name: :func:`get_dialect` and :func:`list_dialects`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import ChatFmtError
+from .base import ControlSplitter, Dialect, StreamParser
+
+
+def _chatml() -> Dialect:
+    from .chatml import ChatML
+
+    return ChatML()
+
+
+def _qwen25() -> Dialect:
+    from .chatml import Qwen25
+
+    return Qwen25()
+
+
+def _chatglm3() -> Dialect:
+    from .chatglm3 import ChatGLM3
+
+    return ChatGLM3()
+
+
+DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
+    "chatml": _chatml,
+    "qwen2.5": _qwen25,
+    "chatglm3": _chatglm3,
+}
+
+
+class UnknownDialectError(ChatFmtError, KeyError):
+    """No dialect has this name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def list_dialects() -> list[str]:
+    """Names accepted by :func:`get_dialect`."""
+    return sorted(DIALECT_CONSTRUCTORS)
+
+
+def get_dialect(name: str) -> Dialect:
+    """The dialect called ``name`` (``chatml``, ``qwen2.5``, ``chatglm3``)."""
+    try:
+        constructor = DIALECT_CONSTRUCTORS[name]
+    except KeyError:
+        raise UnknownDialectError(
+            f"unknown dialect {name!r}; available: {', '.join(list_dialects())}"
+        ) from None
+    return constructor()
+
+
+__all__ = ["ControlSplitter", "Dialect", "StreamParser", "get_dialect", "list_dialects"]

