@@ -1,0 +1,286 @@
+"""The ``chatfmt`` command line: render, parse, count, fit, tools, chat, serve.
+
+Exit status 0 on success and 2 on bad input, with a one-line error that names the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .dialects import get_dialect, list_dialects
+from .dialects.base import ControlSplitter, Dialect
+from .errors import ChatFmtError, MissingDependencyError
+from .events import Event
+from .messages import Conversation, load_conversation
+from .tokenizers import Tokenizer, load_tokenizer
+
+#: Tokenizer used when ``--tokenizer`` is not given.
+DEFAULT_TOKENIZER = {"chatml": "cl100k_base", "qwen2.5": "qwen2.5"}
+
+
+class _UsageError(Exception):
+    """Bad command-line input; reported as one line with exit status 2."""
+
+
+def _fail(message: str) -> NoReturn:
+    raise _UsageError(message)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror or exc}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        _fail(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+
+
+def _conversation(path: str) -> Conversation:
+    return load_conversation(_read_json(path))
+
+
+def _tokenizer(args: argparse.Namespace, dialect: Dialect) -> Tokenizer:
+    name = args.tokenizer or DEFAULT_TOKENIZER.get(dialect.name)
+    if name is None:
+        _fail(
+            f"dialect {dialect.name} needs --tokenizer (for chatglm3: the path of the model's "
+            "tokenizer.model or its model directory)"
+        )
+    return load_tokenizer(name)
+
+
+# ==== Commands ====
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    dialect = get_dialect(args.dialect)
+    conv = _conversation(args.file)
+    gen = not args.no_generation_prompt
+    if args.output == "text" and args.tokenizer is None:
+        print(dialect.render_text(conv, add_generation_prompt=gen, strict=not args.lenient))
+        return 0
+    tok = _tokenizer(args, dialect)
+    prompt = dialect.render(conv, tok, add_generation_prompt=gen, strict=not args.lenient)
+    if args.output == "ids":
+        print(json.dumps(prompt.ids))
+    elif args.output == "text":
+        print(prompt.text)
+    else:
+        blocks = [
+            {
+                "messages": list(span.messages),
+                "start": span.start,
+                "end": span.end,
+                "text": block.text,
+                "ids": prompt.ids[span.start : span.end],
+            }
+            for block, span in zip(prompt.blocks, prompt.spans, strict=True)
+        ]
+        out = {"text": prompt.text, "ids": prompt.ids, "count": len(prompt), "blocks": blocks}
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    return 0
+
+
+def _event_json(event: Event) -> dict[str, Any]:
+    names = {
+        "TextDelta": "text",
+        "ToolCallStart": "tool_call_start",
+        "ToolCallDelta": "tool_call_delta",
+        "ToolCallEnd": "tool_call_end",
+        "SegmentEnd": "segment_end",
+        "Finish": "finish",
+    }
+    return {"type": names[type(event).__name__], **dataclasses.asdict(event)}
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    dialect = get_dialect(args.dialect)
+    if args.input == "ids":
+        data = _read_json(args.file)
+        if not isinstance(data, list) or not all(isinstance(i, int) for i in data):
+            _fail("--input ids expects a JSON array of integers")
+        tok = _tokenizer(args, dialect)
+        output: str | list[int] = data
+    else:
+        try:
+            output = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
+        except OSError as exc:
+            _fail(f"cannot read {args.file}: {exc.strerror or exc}")
+        tok = None  # type: ignore[assignment]
+    finish = "length" if args.length else "stop"
+    if not args.stream:
+        result = dialect.parse(output, tok, finish_reason=finish)
+        print(json.dumps(result.to_openai(), ensure_ascii=False, indent=2))
+        return 0
+    parser = dialect.stream_parser()
+    pieces: list[Any]
+    if isinstance(output, list):
+        decoder = tok.decoder()
+        pieces = []
+        for i in output:
+            pieces.extend(decoder.feed(i))
+        pieces.extend(decoder.flush())
+    else:
+        # Feed text in small chunks, as a streaming engine would deliver it.
+        splitter = ControlSplitter(dialect.controls)
+        pieces = []
+        for k in range(0, len(output), 8):
+            pieces.extend(splitter.feed(output[k : k + 8]))
+        pieces.extend(splitter.flush())
+    for piece in pieces:
+        if not isinstance(piece, str) and piece.token in dialect.stop_controls:
+            break
+        for event in parser.feed(piece):
+            print(json.dumps(_event_json(event), ensure_ascii=False))
+    for event in parser.finish(finish):
+        print(json.dumps(_event_json(event), ensure_ascii=False))
+    print(json.dumps(parser.result().to_openai(), ensure_ascii=False))
+    return 0
+
+
+def cmd_count(args: argparse.Namespace) -> int:
+    from .context import Budget
+
+    dialect = get_dialect(args.dialect)
+    tok = _tokenizer(args, dialect)
+    conv = _conversation(args.file)
+    gen = not args.no_generation_prompt
+    print(Budget(dialect, tok).count(conv, add_generation_prompt=gen, strict=not args.lenient))
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from .context import Budget
+
+    dialect = get_dialect(args.dialect)
+    tok = _tokenizer(args, dialect)
+    conv = _conversation(args.file)
+    if args.context <= 0 or args.reserve < 0:
+        _fail("--context must be positive and --reserve not negative")
+    result = Budget(dialect, tok).fit(
+        conv, context=args.context, reserve=args.reserve, strict=not args.lenient
+    )
+    out = {
+        "messages": [m.to_openai() for m in result.conversation.messages],
+        "tools": [t.definition for t in result.conversation.tools],
+        "prompt_tokens": result.prompt_tokens,
+        "dropped": list(result.dropped),
+    }
+    print(json.dumps(out, ensure_ascii=False, indent=2))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .serve import run_server
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"the server is not available ({exc}); install it with `pip install 'chatfmt[all]'`"
+        ) from None
+    run_server(
+        model=args.model,
+        dialect=args.dialect,
+        engine=args.engine,
+        engine_url=args.engine_url,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+    )
+    return 0
+
+
+# ==== Argument parsing ====
+
+
+def _add_dialect(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    p.add_argument(
+        "--dialect", required=required, choices=list_dialects(), help="chat format to use"
+    )
+
+
+def _add_tokenizer(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tokenizer",
+        help="cl100k_base, o200k_base, qwen2.5, or a path to tokenizer.model, tokenizer.json, "
+        "*.tiktoken or *.gguf (default: cl100k_base for chatml, qwen2.5 for qwen2.5)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chatfmt",
+        description="Render chat conversations to exact token ids, parse model output, serve.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("render", help="render a conversation file")
+    p.add_argument("file", help="conversation JSON: {'messages': [...], 'tools': [...]} or a list")
+    _add_dialect(p)
+    _add_tokenizer(p)
+    p.add_argument("--output", choices=["text", "ids", "json"], default="text")
+    p.add_argument("--no-generation-prompt", action="store_true")
+    p.add_argument("--lenient", action="store_true", help="validate only what rendering needs")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("parse", help="parse model output into an assistant message")
+    p.add_argument("file", help="model output file, or - for standard input")
+    _add_dialect(p)
+    _add_tokenizer(p)
+    p.add_argument("--input", choices=["text", "ids"], default="text")
+    p.add_argument("--stream", action="store_true", help="print events as JSON lines first")
+    p.add_argument("--length", action="store_true", help="the output was cut by max_tokens")
+    p.set_defaults(func=cmd_parse)
+
+    p = sub.add_parser("count", help="exact prompt token count")
+    p.add_argument("file")
+    _add_dialect(p)
+    _add_tokenizer(p)
+    p.add_argument("--no-generation-prompt", action="store_true")
+    p.add_argument("--lenient", action="store_true")
+    p.set_defaults(func=cmd_count)
+
+    p = sub.add_parser("fit", help="drop the oldest turns until the prompt fits")
+    p.add_argument("file")
+    _add_dialect(p)
+    _add_tokenizer(p)
+    p.add_argument("--context", type=int, required=True, help="context window in tokens")
+    p.add_argument("--reserve", type=int, default=0, help="tokens kept free for the reply")
+    p.add_argument("--lenient", action="store_true")
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("serve", help="OpenAI-compatible API and web chat")
+    p.add_argument("--model", default="default", help="'default' or a path to a GGUF file")
+    _add_dialect(p, required=False)
+    p.add_argument("--engine", choices=["local", "remote"], default="local")
+    p.add_argument("--engine-url", help="base URL of a remote /v1/completions server")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", help="require this bearer token")
+    p.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``chatfmt`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except (_UsageError, ChatFmtError, MissingDependencyError) as exc:
+        message = " ".join(str(exc).split())
+        print(f"chatfmt: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Exact token counts and fitting a conversation into a context window.
+
+Counts are what :meth:`Dialect.render` produces, tools and generation prompt included, so a
+count is never an estimate. Fitting keeps the leading system message(s) and the tools, keeps
+the newest turns, and drops whole turns from the oldest: a turn is a user message with every
+assistant message and tool result that follows it, so a tool call is never separated from its
+result and no message is cut in half.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dialects.base import ConversationLike, Dialect, ToolsLike
+from .errors import ContextOverflowError
+from .messages import Conversation, Message, as_conversation
+from .segments import Block, BlockEncoder
+from .tokenizers.base import Tokenizer
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A conversation that fits, its exact prompt size and what was dropped."""
+
+    conversation: Conversation
+    prompt_tokens: int
+    dropped: tuple[int, ...]
+    """Indices (in the input conversation) of the messages that were dropped."""
+
+
+class Budget:
+    """Counts and fits conversations for one dialect and tokenizer.
+
+    It keeps a :class:`BlockEncoder`, so in a long chat only new turns are tokenized: a message
+    already seen costs a cache lookup.
+    """
+
+    def __init__(
+        self, dialect: Dialect, tokenizer: Tokenizer, *, encoder: BlockEncoder | None = None
+    ) -> None:
+        self.dialect = dialect
+        self.tokenizer = tokenizer
+        self.encoder = encoder or BlockEncoder(tokenizer)
+
+    def count(
+        self,
+        conversation: ConversationLike,
+        *,
+        tools: ToolsLike = None,
+        add_generation_prompt: bool = True,
+        strict: bool = True,
+    ) -> int:
+        """The exact number of prompt tokens."""
+        conv = as_conversation(conversation, tools)
+        self.dialect.validate(conv, strict=strict)
+        blocks = self.dialect.render_blocks(conv, add_generation_prompt=add_generation_prompt)
+        return self.encoder.count(blocks)
+
+    def fit(
+        self,
+        conversation: ConversationLike,
+        *,
+        context: int,
+        reserve: int = 0,
+        tools: ToolsLike = None,
+        strict: bool = True,
+    ) -> FitResult:
+        """Drop the oldest whole turns until prompt + ``reserve`` fits in ``context`` tokens.
+
+        Raises :class:`ContextOverflowError` with the numbers when even the system message,
+        the tools and the newest turn do not fit.
+        """
+        conv = as_conversation(conversation, tools)
+        self.dialect.validate(conv, strict=strict)
+        budget = context - reserve
+        if budget <= 0:
+            raise ContextOverflowError(
+                f"reserve ({reserve}) leaves no room in a context of {context} tokens; "
+                "lower the reserve (max_tokens) or use a larger context",
+                prompt_tokens=0,
+                context=context,
+                reserve=reserve,
+            )
+        head, turns = _split_turns(conv.messages)
+        # Per-turn counts from one render: blocks are attributed to the turn of their first
+        # message. Blocks without messages (prefix, default system, generation prompt) and the
+        # head are fixed costs.
+        blocks = self.dialect.render_blocks(conv)
+        turn_of = {i: t for t, (start, end) in enumerate(turns) for i in range(start, end)}
+        fixed = 0
+        per_turn = [0] * len(turns)
+        for block in blocks:
+            n = len(self.encoder.encode_block(block))
+            t = _turn_of_block(block, turn_of)
+            if t is None:
+                fixed += n
+            else:
+                per_turn[t] += n
+        total = fixed + sum(per_turn)
+        first = 0
+        while total > budget and first < len(turns) - 1:
+            total -= per_turn[first]
+            first += 1
+        # Re-render what is kept and count exactly: layouts that merge messages (Qwen2.5 tool
+        # results) or depend on the first message make the sum above an approximation.
+        while True:
+            kept = conv.messages[:head] + _flatten(conv.messages, turns[first:])
+            candidate = Conversation(messages=kept, tools=conv.tools)
+            exact = self.encoder.count(self.dialect.render_blocks(candidate))
+            if exact <= budget:
+                dropped = tuple(i for start, end in turns[:first] for i in range(start, end))
+                return FitResult(candidate, exact, dropped)
+            if first >= len(turns) - 1:
+                raise ContextOverflowError(
+                    f"the prompt needs {exact} tokens even with only the system message, the "
+                    f"tools and the newest turn; with {reserve} reserved for the reply that "
+                    f"exceeds the context of {context} tokens. Shorten the newest message or "
+                    "the tools, lower the reserve (max_tokens), or use a larger context",
+                    prompt_tokens=exact,
+                    context=context,
+                    reserve=reserve,
+                )
+            first += 1
+
+
+def _split_turns(messages: tuple[Message, ...]) -> tuple[int, list[tuple[int, int]]]:
+    """Leading system messages, then turns as ``(start, end)`` index ranges."""
+    head = 0
+    while head < len(messages) and messages[head].role == "system":
+        head += 1
+    turns: list[tuple[int, int]] = []
+    start = head
+    for i in range(head + 1, len(messages)):
+        if messages[i].role in ("user", "system"):
+            turns.append((start, i))
+            start = i
+    if start < len(messages):
+        turns.append((start, len(messages)))
+    return head, turns
+
+
+def _flatten(messages: tuple[Message, ...], turns: list[tuple[int, int]]) -> tuple[Message, ...]:
+    return tuple(m for start, end in turns for m in messages[start:end])
+
+
+def _turn_of_block(block: Block, turn_of: dict[int, int]) -> int | None:
+    for i in block.messages:
+        if i in turn_of:
+            return turn_of[i]
+    return None
+
+
+def truncate_text(text: str, tokenizer: Tokenizer, max_tokens: int) -> str:
+    """``text`` cut to at most ``max_tokens`` tokens (as text), with a visible marker.
+
+    The ChatGLM3 demos cut long tool results the same way (``truncate_length``); the marker tells
+    the model the result is incomplete.
+    """
+    ids = tokenizer.encode_text(text)
+    if len(ids) <= max_tokens:
+        return text
+    marker = f"\n…[truncated {len(ids) - max_tokens} tokens]"
+    keep = max(0, max_tokens - tokenizer.count_text(marker))
+    head = tokenizer.decode(ids[:keep])
+    # A cut inside a multi-byte character decodes to U+FFFD; drop that partial character.
+    return head.rstrip("\ufffd") + marker
+
+
+def truncate_tool_results(
+    conversation: ConversationLike, tokenizer: Tokenizer, max_tokens: int
+) -> Conversation:
+    """A copy whose tool results (``tool`` / ``observation``) are at most ``max_tokens`` each."""
+    conv = as_conversation(conversation)
+    messages = tuple(
+        m.model_copy(update={"content": truncate_text(m.content, tokenizer, max_tokens)})
+        if m.role in ("tool", "observation") and m.content
+        else m
+        for m in conv.messages
+    )
+    return Conversation(messages=messages, tools=conv.tools)

@@ -1,0 +1,88 @@
+"""Shared fixtures: real tokenizers, and the reference assets beside the project."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+ASSETS = SHARED / "assets"
+REFERENCE = SHARED / "reference"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+settings.register_profile(
+    "default", max_examples=int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200")), deadline=None
+)
+settings.load_profile("default")
+
+
+def _asset(relative: str) -> Path:
+    path = ASSETS / relative
+    if not path.is_file():
+        pytest.skip(f"reference asset {relative} not found beside the project (../shared/assets)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def chatglm3_model_path() -> Path:
+    return _asset("chatglm3/tokenizer.model")
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer_json() -> Path:
+    return _asset("qwen2.5/tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def cl100k():  # type: ignore[no-untyped-def]
+    from chatfmt.tokenizers import load_tokenizer
+
+    return load_tokenizer("cl100k_base")
+
+
+@pytest.fixture(scope="session")
+def qwen():  # type: ignore[no-untyped-def]
+    from chatfmt.tokenizers import load_tokenizer
+
+    return load_tokenizer("qwen2.5")
+
+
+@pytest.fixture(scope="session")
+def glm(chatglm3_model_path: Path):  # type: ignore[no-untyped-def]
+    from chatfmt.tokenizers import load_tokenizer
+
+    return load_tokenizer(str(chatglm3_model_path))
+
+
+@pytest.fixture(scope="session")
+def small_glm(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A small SentencePiece model trained here, laid out like ChatGLM3 (byte fallback,
+    9 specials after the vocabulary), for tests that must run without ../shared."""
+    import sentencepiece as spm
+
+    from chatfmt.tokenizers.sentencepiece import SentencePieceTokenizer
+
+    d = tmp_path_factory.mktemp("spm")
+    corpus = d / "corpus.txt"
+    lines = [
+        "Hello, how are you today? I am fine, thank you.",
+        "The weather in Beijing is sunny and 22 degrees Celsius.",
+        "def tool_call(**kwargs): return kwargs",
+        "你好，世界！今天北京的天气怎么样？",
+        "import numpy as np\nimport matplotlib.pyplot as plt",
+    ] * 50
+    corpus.write_text("\n".join(lines), encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(d / "tok"),
+        vocab_size=500,
+        byte_fallback=True,
+        character_coverage=1.0,
+        model_type="bpe",
+        minloglevel=2,
+    )
+    return SentencePieceTokenizer(d / "tok.model")

@@ -1,0 +1,29 @@
+"""HF tokenizer.json adapter: added tokens are controls, never produced from text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chatfmt.errors import TokenizerError
+from chatfmt.tokenizers.hf import HFTokenizer
+
+
+def test_added_tokens_are_controls(qwen_tokenizer_json) -> None:  # type: ignore[no-untyped-def]
+    tok = HFTokenizer(qwen_tokenizer_json)
+    assert tok.control_id("<|im_start|>") == 151644
+    assert tok.control_id("<tool_call>") == 151657
+    # The stock tokenizer turns the string into the control id; the adapter must not.
+    stock = tok.hf_tokenizer.encode("<|im_start|><tool_call>", add_special_tokens=False).ids
+    assert stock == [151644, 151657]
+    ids = tok.encode_text("<|im_start|><tool_call>")
+    assert not set(ids) & set(tok.controls.values())
+    assert tok.decode(ids) == "<|im_start|><tool_call>"
+
+
+def test_directory_and_bad_file(tmp_path, qwen_tokenizer_json) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text(json.dumps({"model": "nonsense"}))
+    with pytest.raises(TokenizerError, match="cannot load tokenizer.json"):
+        HFTokenizer(tmp_path)
