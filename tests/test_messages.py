@@ -45,7 +45,7 @@ def test_unknown_role_names_index_and_choices() -> None:
 
 
 def test_bad_arguments_and_parts() -> None:
-    with pytest.raises(ValidationError, match="message 0: .*JSON object"):
+    with pytest.raises(ValidationError, match=r"message 0: .*JSON object"):
         from_openai(
             [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]
         )

@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from .dialects import get_dialect, list_dialects
 from .dialects.base import ControlSplitter, Dialect
@@ -107,15 +107,15 @@ def cmd_parse(args: argparse.Namespace) -> int:
         data = _read_json(args.file)
         if not isinstance(data, list) or not all(isinstance(i, int) for i in data):
             _fail("--input ids expects a JSON array of integers")
-        tok = _tokenizer(args, dialect)
+        tok: Tokenizer | None = _tokenizer(args, dialect)
         output: str | list[int] = data
     else:
         try:
             output = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
         except OSError as exc:
             _fail(f"cannot read {args.file}: {exc.strerror or exc}")
-        tok = None  # type: ignore[assignment]
-    finish = "length" if args.length else "stop"
+        tok = None
+    finish: Literal["stop", "length"] = "length" if args.length else "stop"
     if not args.stream:
         result = dialect.parse(output, tok, finish_reason=finish)
         print(json.dumps(result.to_openai(), ensure_ascii=False, indent=2))
@@ -123,6 +123,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
     parser = dialect.stream_parser()
     pieces: list[Any]
     if isinstance(output, list):
+        assert tok is not None
         decoder = tok.decoder()
         pieces = []
         for i in output:

@@ -289,7 +289,7 @@ def as_conversation(
         return Conversation(messages=value.messages, tools=tuple(Tool.of(t) for t in tools))
     dicts = [m for m in value if not isinstance(m, Message)]
     msgs = (
-        list(value)  # type: ignore[arg-type]
+        list(value)
         if not dicts
         else [m if isinstance(m, Message) else from_openai([m])[0] for m in value]
     )

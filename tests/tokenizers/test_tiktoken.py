@@ -18,12 +18,13 @@ SPECIAL_STRINGS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>",
 
 def test_seed_chatml_check(cl100k) -> None:  # type: ignore[no-untyped-def]
     # The ChatML document's check: control tokens given as control tokens, text as text.
-    ids = (
-        [cl100k.control_id("<|im_start|>")]
-        + cl100k.encode_text("user\nHello")
-        + [cl100k.control_id("<|im_end|>"), cl100k.control_id("<|im_start|>")]
-        + cl100k.encode_text("assistant")
-    )
+    ids = [
+        cl100k.control_id("<|im_start|>"),
+        *cl100k.encode_text("user\nHello"),
+        cl100k.control_id("<|im_end|>"),
+        cl100k.control_id("<|im_start|>"),
+        *cl100k.encode_text("assistant"),
+    ]
     assert ids == [100264, 882, 198, 9906, 100265, 100264, 78191]
 
 
@@ -103,8 +104,8 @@ def test_roundtrip_and_no_controls(text: str) -> None:
         tok = load_tokenizer(name)
         ids = tok.encode_text(text)
         assert not set(ids) & set(tok.controls.values())
-        expected = text if name == "cl100k_base" else __import__("unicodedata").normalize(
-            "NFC", text
+        expected = (
+            text if name == "cl100k_base" else __import__("unicodedata").normalize("NFC", text)
         )
         assert tok.decode(ids) == expected
 
@@ -122,5 +123,5 @@ def test_stream_decoder_buffers_split_utf8(qwen) -> None:  # type: ignore[no-unt
 
 
 def test_unknown_tokenizer_lists_names() -> None:
-    with pytest.raises(TokenizerError, match="cl100k_base, o200k_base, qwen2.5"):
+    with pytest.raises(TokenizerError, match=r"cl100k_base, o200k_base, qwen2\.5"):
         load_tokenizer("no-such-tokenizer")

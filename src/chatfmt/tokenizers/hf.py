@@ -29,8 +29,8 @@ def _byte_decoder() -> dict[str, int]:
 class HFTokenizer(Tokenizer):
     """A ``tokenizers`` tokenizer whose added tokens are control tokens.
 
-    Like every HF tokenizer, the stock one splits added-token strings out of text (``"<|im_start|>"``
-    typed by a user would become the control id). Here text goes through a copy of the
+    Like every HF tokenizer, the stock one splits added-token strings out of text (a typed
+    ``"<|im_start|>"`` would become the control id). Here text goes through a copy of the
     tokenizer with no added tokens, so text can never produce a control id.
     """
 

@@ -45,7 +45,7 @@ class SentencePieceTokenizer(Tokenizer):
                 f"cannot load SentencePiece model {str(path)!r}: {exc}; "
                 "pass the path of a tokenizer.model file or of the model directory holding it"
             ) from None
-        n = self._sp.get_piece_size()
+        n: int = self._sp.get_piece_size()
         controls: dict[str, int] = {}
         for i in range(n):
             if self._sp.is_control(i):
@@ -57,13 +57,14 @@ class SentencePieceTokenizer(Tokenizer):
 
     def _piece_bytes(self, i: int) -> bytes:
         if self._sp.is_byte(i):
-            return bytes([int(self._sp.id_to_piece(i)[3:-1], 16)])
+            piece: str = self._sp.id_to_piece(i)
+            return bytes([int(piece[3:-1], 16)])
         if self._sp.is_unknown(i):
             return " \u2047 ".encode()
         if self._sp.is_control(i):
             return b""
-        piece: str = self._sp.id_to_piece(i)
-        return piece.replace("\u2581", " ").encode()
+        text: str = self._sp.id_to_piece(i)
+        return text.replace("\u2581", " ").encode()
 
     @property
     def controls(self) -> Mapping[str, int]:
@@ -71,8 +72,10 @@ class SentencePieceTokenizer(Tokenizer):
 
     @property
     def vocab_size(self) -> int:
-        return self._n_sp + len(self._controls) - sum(
-            1 for i in self._controls.values() if i < self._n_sp
+        return (
+            self._n_sp
+            + len(self._controls)
+            - sum(1 for i in self._controls.values() if i < self._n_sp)
         )
 
     @property

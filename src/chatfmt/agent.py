@@ -1,0 +1,232 @@
+"""The agent loop: render → engine → parse (streaming) → run tools / interpreter → repeat.
+
+The loop stops at a turn without tool calls (the final answer) or after ``max_steps`` model
+turns. Tool failures become observations the model can read; they never end the loop. What the
+loop does is reported as events, for terminals and web UIs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .context import Budget
+from .dialects.base import ConversationLike, Dialect
+from .engines.base import Engine, SamplingParams
+from .events import Event, ParseResult, TextDelta
+from .messages import INTERPRETER, Conversation, Message, Tool, ToolCall, as_conversation
+from .segments import BlockEncoder, Control
+
+if TYPE_CHECKING:
+    from .interpreter import ExecutionResult
+
+
+class ToolRunner(Protocol):
+    """What the loop needs from a tool registry."""
+
+    def openai_tools(self) -> list[dict[str, Any]]: ...
+
+    async def acall(
+        self, name: str, arguments: str | Mapping[str, Any], *, timeout: float | None = None
+    ) -> Any: ...
+
+
+class CodeRunner(Protocol):
+    """What the loop needs from a code interpreter."""
+
+    def execute(self, code: str, timeout: float | None = None) -> ExecutionResult: ...
+
+
+# ==== Events ====
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEvent:
+    """A parser event of the current model turn (text delta, tool-call start/delta, ...)."""
+
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    """The loop is about to run ``call``."""
+
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    """``call`` ran; ``observation`` is what the model will read; ``images`` are PNGs."""
+
+    call: ToolCall
+    observation: str
+    ok: bool
+    images: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    """A model turn ended; its parsed messages were appended to the conversation."""
+
+    result: ParseResult
+
+
+AgentEvent = ModelEvent | ToolStarted | ToolFinished | TurnFinished
+
+
+@dataclass
+class AgentResult:
+    """The conversation after the loop, and why it stopped."""
+
+    conversation: Conversation
+    steps: int
+    stopped: str  # "answer", "max_steps" or "length"
+    new_messages: list[Message] = field(default_factory=list)
+
+    @property
+    def answer(self) -> str:
+        """The text of the last assistant message."""
+        for m in reversed(self.conversation.messages):
+            if m.role == "assistant" and m.content:
+                return m.content
+        return ""
+
+
+class Agent:
+    """Runs a conversation with tools and (optionally) a code interpreter until it answers."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        dialect: Dialect,
+        *,
+        tools: ToolRunner | None = None,
+        interpreter: CodeRunner | None = None,
+        params: SamplingParams | None = None,
+        max_steps: int = 8,
+        tool_timeout: float = 30.0,
+        code_timeout: float = 60.0,
+    ) -> None:
+        self.engine = engine
+        self.dialect = dialect
+        self.tools = tools
+        self.interpreter = interpreter
+        self.params = params or SamplingParams(max_tokens=1024, temperature=0.0)
+        self.max_steps = max_steps
+        self.tool_timeout = tool_timeout
+        self.code_timeout = code_timeout
+        tok = engine.tokenizer
+        self._budget = Budget(dialect, tok, encoder=BlockEncoder(tok))
+
+    def _tools(self) -> tuple[Tool, ...]:
+        if self.tools is None:
+            return ()
+        return tuple(Tool.of(t) for t in self.tools.openai_tools())
+
+    async def run(self, conversation: ConversationLike) -> AgentResult:
+        """Run the loop to the end, ignoring events."""
+        result: AgentResult | None = None
+        async for item in self.stream(conversation):
+            if isinstance(item, AgentResult):
+                result = item
+        assert result is not None
+        return result
+
+    async def stream(
+        self, conversation: ConversationLike
+    ) -> AsyncIterator[AgentEvent | AgentResult]:
+        """Run the loop, yielding events as they happen and the :class:`AgentResult` last."""
+        conv = as_conversation(conversation, self._tools() or None)
+        new: list[Message] = []
+        tok = self.engine.tokenizer
+        stop_ids = tuple(self.dialect.stop_ids(tok))
+        for step in range(1, self.max_steps + 1):
+            reserve = self.params.max_tokens
+            fitted = await asyncio.to_thread(
+                self._budget.fit, conv, context=self.engine.context_length, reserve=reserve
+            )
+            prompt = self.dialect.render(fitted.conversation, tok, encoder=self._budget.encoder)
+            params = SamplingParams(
+                max_tokens=self.params.max_tokens,
+                temperature=self.params.temperature,
+                top_p=self.params.top_p,
+                seed=self.params.seed,
+                stop_ids=tuple(sorted(set(self.params.stop_ids) | set(stop_ids))),
+                stop_strings=self.params.stop_strings,
+            )
+            parser = self.dialect.stream_parser()
+            decoder = tok.decoder()
+            finish = "stop"
+            async for chunk in self.engine.stream(prompt.ids, params):
+                for token in chunk.token_ids:
+                    if token in stop_ids:
+                        continue
+                    for piece in decoder.feed(token):
+                        if isinstance(piece, Control) and piece.token in self.dialect.stop_controls:
+                            continue
+                        for ev in parser.feed(piece):
+                            yield ModelEvent(ev)
+                if chunk.finish_reason is not None:
+                    finish = chunk.finish_reason
+            for piece in decoder.flush():
+                for ev in parser.feed(piece):
+                    yield ModelEvent(ev)
+            for ev in parser.finish("length" if finish == "length" else "stop"):
+                yield ModelEvent(ev)
+            result = parser.result()
+            conv = Conversation(messages=conv.messages + tuple(result.messages), tools=conv.tools)
+            new.extend(result.messages)
+            yield TurnFinished(result)
+            calls = result.tool_calls
+            if finish == "length":
+                yield AgentResult(conv, step, "length", new)
+                return
+            if not calls:
+                yield AgentResult(conv, step, "answer", new)
+                return
+            for call in calls:
+                yield ToolStarted(call)
+                observation, ok, images = await self._run_call(call)
+                yield ToolFinished(call, observation, ok, images)
+                msg = Message(
+                    role="tool", content=observation, tool_call_id=call.id, name=call.name
+                )
+                conv = Conversation(messages=(*conv.messages, msg), tools=conv.tools)
+                new.append(msg)
+        yield AgentResult(conv, self.max_steps, "max_steps", new)
+
+    async def _run_call(self, call: ToolCall) -> tuple[str, bool, tuple[Any, ...]]:
+        if call.name == INTERPRETER and self.interpreter is not None:
+            code = call.arguments_dict().get("code", "")
+            if not isinstance(code, str):
+                return "interpreter call without a 'code' string", False, ()
+            interpreter = self.interpreter
+            res = await asyncio.to_thread(interpreter.execute, code, self.code_timeout)
+            # ChatGLM3 was trained on interpreter results in a ```result block.
+            text = f"```result\n{res.observation()}\n```"
+            return text, res.error is None and not res.timed_out, tuple(res.images)
+        if self.tools is None:
+            return f"Error: no tool named {call.name!r} is available", False, ()
+        out = await self.tools.acall(call.name, call.arguments, timeout=self.tool_timeout)
+        return str(out.content), bool(out.ok), ()
+
+
+def text_of(events: Sequence[AgentEvent]) -> str:
+    """The assistant text streamed in ``events`` (for tests and simple UIs)."""
+    return "".join(
+        e.event.text for e in events if isinstance(e, ModelEvent) and isinstance(e.event, TextDelta)
+    )
+
+
+__all__ = [
+    "Agent",
+    "AgentEvent",
+    "AgentResult",
+    "ModelEvent",
+    "ToolFinished",
+    "ToolStarted",
+    "TurnFinished",
+    "text_of",
+]
