@@ -83,6 +83,9 @@ def small_glm(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unty
         byte_fallback=True,
         character_coverage=1.0,
         model_type="bpe",
+        # Like ChatGLM3's model: no normalisation, so "\n" and repeated spaces survive.
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
         minloglevel=2,
     )
     return SentencePieceTokenizer(d / "tok.model")

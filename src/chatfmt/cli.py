@@ -17,7 +17,7 @@ from .dialects import get_dialect, list_dialects
 from .dialects.base import ControlSplitter, Dialect
 from .errors import ChatFmtError, MissingDependencyError
 from .events import Event
-from .messages import Conversation, load_conversation
+from .messages import Conversation, Message, as_conversation, load_conversation
 from .tokenizers import Tokenizer, load_tokenizer
 
 #: Tokenizer used when ``--tokenizer`` is not given.
@@ -179,6 +179,51 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_tools_file(path: str) -> Any:
+    """A ToolRegistry from a Python file: its ``registry`` if it defines one, else every
+    function in it decorated with ``@chatfmt.tools.tool``.
+
+    The file is the user's own code and is imported like any module; model output is never
+    executed.
+    """
+    import importlib.util
+
+    from .tools import ToolRegistry
+    from .tools.registry import SPEC_ATTR
+
+    file = Path(path)
+    if not file.is_file():
+        _fail(f"tools file {path} not found")
+    spec = importlib.util.spec_from_file_location(f"chatfmt_user_tools_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        _fail(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file failed: say where, without a traceback
+        _fail(f"importing {path} failed: {type(exc).__name__}: {exc}")
+    registry = getattr(module, "registry", None)
+    if isinstance(registry, ToolRegistry):
+        return registry
+    fns = [v for v in vars(module).values() if callable(v) and hasattr(v, SPEC_ATTR)]
+    if not fns:
+        _fail(f"{path} defines no tools: decorate functions with @chatfmt.tools.tool")
+    return ToolRegistry(fns)
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    dialect = get_dialect(args.dialect)
+    registry = load_tools_file(args.file)
+    if args.render:
+        conv = Conversation(messages=(Message(role="user", content=""),), tools=())
+        conv = as_conversation(conv, registry.openai_tools())
+        print(dialect.render_text(conv, add_generation_prompt=False))
+        return 0
+    shaped = registry.functions() if dialect.name == "chatglm3" else registry.openai_tools()
+    print(json.dumps(shaped, ensure_ascii=False, indent=2))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from .serve import run_server
@@ -256,6 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reserve", type=int, default=0, help="tokens kept free for the reply")
     p.add_argument("--lenient", action="store_true")
     p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("tools", help="print the tool schemas the model will see")
+    p.add_argument("file", help="a Python file with @chatfmt.tools.tool functions")
+    _add_dialect(p)
+    p.add_argument("--render", action="store_true", help="print the rendered tool prompt")
+    p.set_defaults(func=cmd_tools)
 
     p = sub.add_parser("serve", help="OpenAI-compatible API and web chat")
     p.add_argument("--model", default="default", help="'default' or a path to a GGUF file")
