@@ -224,6 +224,23 @@ def cmd_tools(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from .serve import build_engine, default_dialect
+    from .terminal import run_chat
+
+    tools = load_tools_file(args.tools) if args.tools else None
+    dialect = get_dialect(args.dialect) if args.dialect else default_dialect(args.model)
+    engine = build_engine(args.model, engine=args.engine, engine_url=args.engine_url)
+    if args.interpreter:
+        from .interpreter import JupyterInterpreter
+
+        with JupyterInterpreter() as interpreter:
+            run_chat(engine, dialect, tools=tools, interpreter=interpreter, system=args.system)
+    else:
+        run_chat(engine, dialect, tools=tools, system=args.system)
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from .serve import run_server
@@ -258,6 +275,13 @@ def _add_tokenizer(p: argparse.ArgumentParser) -> None:
         help="cl100k_base, o200k_base, qwen2.5, or a path to tokenizer.model, tokenizer.json, "
         "*.tiktoken or *.gguf (default: cl100k_base for chatml, qwen2.5 for qwen2.5)",
     )
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="default", help="'default' or a path to a GGUF file")
+    _add_dialect(p, required=False)
+    p.add_argument("--engine", choices=["local", "remote"], default="local")
+    p.add_argument("--engine-url", help="base URL of a remote /v1/completions server")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -308,11 +332,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--render", action="store_true", help="print the rendered tool prompt")
     p.set_defaults(func=cmd_tools)
 
+    p = sub.add_parser("chat", help="interactive terminal chat with tools and interpreter")
+    _add_engine_options(p)
+    p.add_argument("--tools", metavar="FILE.py", help="a Python file with @tool functions")
+    p.add_argument("--interpreter", action="store_true", help="run code in a Jupyter kernel")
+    p.add_argument("--system", help="system prompt")
+    p.set_defaults(func=cmd_chat)
+
     p = sub.add_parser("serve", help="OpenAI-compatible API and web chat")
-    p.add_argument("--model", default="default", help="'default' or a path to a GGUF file")
-    _add_dialect(p, required=False)
-    p.add_argument("--engine", choices=["local", "remote"], default="local")
-    p.add_argument("--engine-url", help="base URL of a remote /v1/completions server")
+    _add_engine_options(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", help="require this bearer token")

@@ -1,0 +1,63 @@
+"""The terminal chat, driven with scripted input and a recording console."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+import chatfmt
+from chatfmt.engines.fake import FakeEngine
+from chatfmt.terminal import run_chat
+from chatfmt.tools import ToolRegistry, tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def test_chat_with_a_tool_then_reset(qwen) -> None:  # type: ignore[no-untyped-def]
+    script = [
+        '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>',
+        "2 + 3 = 5.<|im_end|>",
+        "Hi again.<|im_end|>",
+    ]
+    engine = FakeEngine(qwen, script)
+    lines = iter(["what is 2+3?", "/reset", "hello", "/exit"])
+    out = io.StringIO()
+    history = run_chat(
+        engine,
+        chatfmt.get_dialect("qwen2.5"),
+        tools=ToolRegistry([add]),
+        console=Console(file=out, width=100, color_system=None),
+        read_line=lambda _prompt: next(lines),
+    )
+    shown = out.getvalue()
+    assert "call · add" in shown and "2 + 3 = 5." in shown and "Hi again." in shown
+    assert "5" in shown.split("result")[1]
+    # After /reset only the second exchange remains.
+    assert [m.role for m in history] == ["user", "assistant"]
+    assert history[-1].content == "Hi again."
+
+
+def test_chat_survives_engine_failure(qwen) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(qwen, ["never"], fail_after=0)
+    lines = iter(["hi"])
+    out = io.StringIO()
+
+    def read(_prompt: str) -> str:
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    history = run_chat(
+        engine,
+        chatfmt.get_dialect("qwen2.5"),
+        console=Console(file=out, width=100, color_system=None),
+        read_line=read,
+    )
+    assert "error:" in out.getvalue() and "failed as scripted" in out.getvalue()
+    assert history == []
