@@ -61,10 +61,10 @@ def run_chat(
             continue
         history.append(Message(role="user", content=text))
 
-        async def turn() -> AgentResult | None:
+        async def turn(conversation: list[Message]) -> AgentResult | None:
             result = None
             con.print("[bold green]assistant›[/bold green] ", end="")
-            async for item in agent.stream(history):
+            async for item in agent.stream(conversation):
                 if isinstance(item, AgentResult):
                     result = item
                 elif isinstance(item, ModelEvent) and isinstance(item.event, TextDelta):
@@ -91,7 +91,7 @@ def run_chat(
             return result
 
         try:
-            result = asyncio.run(turn())
+            result = asyncio.run(turn(history))
         except KeyboardInterrupt:
             con.print("\n[dim]interrupted[/dim]")
             history.pop()
