@@ -1,0 +1,10 @@
+"""The code interpreter: model-written code runs in a Jupyter kernel, never in this process.
+
+Importing this package loads no Jupyter machinery; ``jupyter_client`` is imported when the
+first kernel starts (``pip install 'chatfmt[jupyter]'``).
+"""
+
+from .jupyter import ExecutionResult, JupyterInterpreter, strip_ansi
+from .pool import KernelPool
+
+__all__ = ["ExecutionResult", "JupyterInterpreter", "KernelPool", "strip_ansi"]

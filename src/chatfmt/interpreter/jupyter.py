@@ -1,0 +1,665 @@
+"""A code interpreter on a real Jupyter (IPython) kernel.
+
+Model-written code runs only inside the kernel process, never in this one. Each kernel:
+
+* runs ``python -m ipykernel_launcher`` (the Python of this process unless ``python=`` says
+  otherwise) over IPC sockets in a private temporary directory, so no TCP port is opened;
+* has its working directory set to ``work_dir`` (the role of ChatGLM3's ``/mnt/data``);
+* uses matplotlib's inline backend (``MPLBACKEND``), so a figure becomes ``image/png`` output;
+* with ``memory_limit_mb``, runs under ``resource.setrlimit(RLIMIT_AS, ...)``, set (soft and
+  hard, so code cannot raise it) by a silent start-up cell. RLIMIT_AS caps *virtual* memory,
+  which is well above resident memory: an idle kernel maps about 750 MB and about 1 GB once
+  numpy and matplotlib are imported, so limits under ~1500 MB break ordinary work. A large
+  allocation then fails with ``MemoryError`` inside the kernel; should the kernel die instead,
+  it is restarted and the result says so;
+* is killed with its whole process group on :meth:`JupyterInterpreter.close`, on exit of the
+  ``with`` block, when a forgotten interpreter is garbage collected, and at interpreter exit
+  (``weakref.finalize``, which runs at exit like ``atexit``); ipykernel also exits by itself
+  when this process dies, as ``jupyter_client`` tells it its parent's pid.
+
+A run that exceeds its timeout is interrupted (SIGINT); if the kernel is not idle again within
+``interrupt_grace`` seconds it is restarted. A kernel that dies is restarted. Either way the
+:class:`ExecutionResult` says so (``timed_out``, ``restarted``) and the model is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import enum
+import functools
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar
+
+from .._imports import require
+from ..errors import InterpreterError
+from ..tools.truncate import truncate
+
+# CSI sequences (colours, cursor moves) and OSC sequences (titles, hyperlinks).
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_MPL_INLINE = "module://matplotlib_inline.backend_inline"
+# Environment variables a kernel gets without inherit_env (plus LC_*).
+_ENV_KEEP = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
+        "TMPDIR", "TEMP", "TMP", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME",
+        "LD_LIBRARY_PATH", "SYSTEMROOT", "MPLBACKEND", "MPLCONFIGDIR", "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "JUPYTER_PATH", "JUPYTER_CONFIG_DIR",
+        "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
+    }
+)  # fmt: skip
+# Output kept per run before the budget cut; stops a runaway print loop from eating memory.
+_CAPTURE_LIMIT = 1_000_000
+
+
+class _Default(enum.Enum):
+    MAX_OUTPUT_CHARS = "max_output_chars"
+
+
+def strip_ansi(text: str) -> str:
+    """Remove terminal escape sequences (IPython colours its tracebacks)."""
+    return _ANSI_RE.sub("", text)
+
+
+@dataclass
+class ExecutionResult:
+    """What one run of code produced.
+
+    ``text`` is stdout, stderr and ``text/plain`` results (the last expression's value,
+    ``display()`` output) in the order they came; ``images`` the decoded ``image/png`` outputs;
+    ``error`` the traceback (ANSI escapes stripped, ending in ``ename: evalue``), or ``None``.
+    """
+
+    text: str = ""
+    images: list[bytes] = field(default_factory=list)
+    error: str | None = None
+    ename: str | None = None
+    evalue: str | None = None
+    timed_out: bool = False
+    restarted: bool = False
+    max_output_chars: int | None = 4000
+
+    @property
+    def ok(self) -> bool:
+        """True when the code ran to the end without an error."""
+        return self.error is None
+
+    def with_error(self, error: str, *, ename: str | None = None) -> ExecutionResult:
+        """Set ``error`` (and ``ename``/``evalue`` from it); return self."""
+        self.error = error
+        self.ename = ename or error.split(":", 1)[0]
+        self.evalue = error.split(": ", 1)[1] if ": " in error else error
+        return self
+
+    def images_base64(self) -> list[str]:
+        """The images as base64 strings (for JSON, data URLs, the web UI)."""
+        return [base64.b64encode(img).decode("ascii") for img in self.images]
+
+    def observation(
+        self, *, max_chars: int | _Default | None = _Default.MAX_OUTPUT_CHARS, fence: bool = False
+    ) -> str:
+        """The text the model sees: output text, ``[Image]`` per image, then the error.
+
+        Cut to ``max_chars`` (default ``max_output_chars``; ``None``: no cut) keeping both ends,
+        since errors come last. ``fence=True`` wraps it in a ````result`` block, the form
+        ChatGLM3's PROMPT.md shows for interpreter observations.
+        """
+        parts = [self.text.rstrip()] if self.text.strip() else []
+        parts.extend("[Image]" for _ in self.images)
+        if self.error:
+            parts.append(self.error.rstrip())
+        body = "\n".join(parts)
+        budget = self.max_output_chars if isinstance(max_chars, _Default) else max_chars
+        if budget is not None:
+            body = truncate(body, max_chars=budget, keep="head_tail")
+        return f"```result\n{body}\n```" if fence else body
+
+
+class _Collector:
+    """Accumulates the iopub messages of one run into an :class:`ExecutionResult`."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+        self.dropped = 0
+        self.images: list[bytes] = []
+        self.error: str | None = None
+        self.ename: str | None = None
+        self.evalue: str | None = None
+        self.idle = False
+
+    def add_text(self, text: str, *, own_line: bool = False) -> None:
+        text = strip_ansi(text)
+        if own_line:
+            if self.parts and not self.parts[-1].endswith("\n"):
+                text = "\n" + text
+            if not text.endswith("\n"):
+                text += "\n"
+        room = _CAPTURE_LIMIT - self.size
+        if room <= 0:
+            self.dropped += len(text)
+            return
+        self.parts.append(text[:room])
+        self.size += min(room, len(text))
+        self.dropped += max(0, len(text) - room)
+
+    def handle(self, msg: Mapping[str, Any]) -> None:
+        kind = msg.get("msg_type") or msg.get("header", {}).get("msg_type")
+        content: Mapping[str, Any] = msg.get("content", {})
+        if kind == "stream":
+            self.add_text(str(content.get("text", "")))
+        elif kind in ("execute_result", "display_data", "update_display_data"):
+            data: Mapping[str, Any] = content.get("data", {})
+            png = data.get("image/png")
+            if isinstance(png, str):
+                with contextlib.suppress(ValueError):
+                    self.images.append(base64.b64decode(png))
+            elif isinstance(png, bytes):
+                self.images.append(png)
+            elif "text/plain" in data:
+                self.add_text(str(data["text/plain"]), own_line=True)
+        elif kind == "error":
+            self.ename = str(content.get("ename", "Error"))
+            self.evalue = str(content.get("evalue", ""))
+            tb = strip_ansi("\n".join(str(line) for line in content.get("traceback", [])))
+            headline = f"{self.ename}: {self.evalue}" if self.evalue else self.ename
+            self.error = tb.strip("\n") if tb.strip() else headline
+        elif kind == "clear_output":
+            self.parts, self.size, self.images = [], 0, []
+        elif kind == "status" and content.get("execution_state") == "idle":
+            self.idle = True
+
+    def result(self, max_output_chars: int | None, **flags: Any) -> ExecutionResult:
+        text = "".join(self.parts)
+        if self.dropped:
+            text += f"\n…[dropped {self.dropped} more characters of output]\n"
+        return ExecutionResult(
+            text=text,
+            images=self.images,
+            error=self.error,
+            ename=self.ename,
+            evalue=self.evalue,
+            max_output_chars=max_output_chars,
+            **flags,
+        )
+
+
+@functools.cache
+def _manager_class() -> Any:
+    """A KernelManager whose kernel spec is built here rather than looked up by name.
+
+    Why: chatfmt must not depend on which kernelspecs a machine has installed, and needs its
+    own command line (history off). Built lazily so jupyter_client loads only when used.
+    """
+    manager = require("jupyter_client.manager", extra="jupyter")
+    kernelspec = require("jupyter_client.kernelspec", extra="jupyter")
+
+    class _Manager(manager.KernelManager):  # type: ignore[misc, name-defined]
+        chatfmt_argv: ClassVar[list[str]] = []  # set per instance before start
+
+        @property
+        def kernel_spec(self) -> Any:
+            return kernelspec.KernelSpec(
+                argv=list(self.chatfmt_argv),
+                display_name="chatfmt",
+                language="python",
+                interrupt_mode="signal",
+            )
+
+    return _Manager
+
+
+def _kill(pid: int, pgid: int | None, process: Any) -> None:
+    """SIGKILL the kernel and its process group (everything the code spawned), then reap it.
+
+    The group is killed even when its leader is already gone: children of a crashed kernel
+    stay in the group. jupyter_client starts kernels in a new session, so the group is theirs.
+    """
+    # Only a group the kernel leads, never ours (a kernel not started in its own session).
+    if pgid is not None and pgid == pid and pgid != os.getpgrp():
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    if process is not None:
+        with contextlib.suppress(Exception):
+            process.wait(timeout=5)
+
+
+def _reap(pid: int, pgid: int | None, process: Any, runtime: Path, client: Any) -> None:
+    """The last resort for a forgotten interpreter: kill its kernel and remove its files.
+
+    Run by ``weakref.finalize`` when an interpreter that was not closed is garbage collected
+    or at interpreter exit. It must not refer to the interpreter, hence a plain function.
+    """
+    with contextlib.suppress(Exception):
+        client.stop_channels()
+    _kill(pid, pgid, process)
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+class JupyterInterpreter:
+    """One IPython kernel that runs model-written code; use it as a context manager.
+
+    ``timeout`` (seconds) is the default per run; ``max_output_chars`` bounds
+    :meth:`ExecutionResult.observation`; ``memory_limit_mb`` caps the kernel's address space
+    (see the module docstring). ``work_dir`` is created if missing; without it a temporary
+    directory is used and removed on close. The kernel sees only neutral environment variables
+    (``PATH``, ``HOME``, locale, ...) plus ``env``, unless ``inherit_env=True``.
+    """
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        *,
+        timeout: float = 30.0,
+        memory_limit_mb: int | None = None,
+        max_output_chars: int | None = 4000,
+        startup_timeout: float = 60.0,
+        interrupt_grace: float = 3.0,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = False,
+    ) -> None:
+        if memory_limit_mb is not None and memory_limit_mb <= 0:
+            raise InterpreterError("memory_limit_mb must be positive")
+        self.timeout = timeout
+        self.memory_limit_mb = memory_limit_mb
+        self.max_output_chars = max_output_chars
+        self.startup_timeout = startup_timeout
+        self.interrupt_grace = interrupt_grace
+        self.python = python or sys.executable
+        self.env = dict(env or {})
+        self.inherit_env = inherit_env
+        self._owns_work_dir = work_dir is None
+        self._work_dir = Path(
+            tempfile.mkdtemp(prefix="chatfmt-data-") if work_dir is None else work_dir
+        ).resolve()
+        # An owned temporary work_dir goes when the interpreter is closed, collected or at exit.
+        self._work_dir_cleanup: weakref.finalize[Any, Any] | None = (
+            weakref.finalize(self, shutil.rmtree, self._work_dir, ignore_errors=True)
+            if self._owns_work_dir
+            else None
+        )
+        self._lock = threading.RLock()  # one run (or restart) at a time
+        self._km: Any = None
+        self._kc: Any = None
+        self._runtime: Path | None = None
+        self._pid: int | None = None
+        self._pgid: int | None = None
+        self._process: Any = None  # the kernel's Popen
+        self._closed = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self.restarts = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def work_dir(self) -> Path:
+        """The kernel's working directory, where :meth:`upload` puts files."""
+        return self._work_dir
+
+    @property
+    def pid(self) -> int | None:
+        """The kernel's process id (``None`` before start and after close)."""
+        return self._pid
+
+    @property
+    def started(self) -> bool:
+        return self._km is not None
+
+    def is_alive(self) -> bool:
+        """Whether the kernel process is running."""
+        # Popen.poll directly: jupyter_client's is_alive goes through run_sync, which leaves an
+        # event loop behind in every worker thread that calls it.
+        process = self._process
+        return bool(process is not None and process.poll() is None)
+
+    def start(self) -> JupyterInterpreter:
+        """Start the kernel (a no-op if running); raise :class:`InterpreterError` on failure."""
+        with self._lock:
+            if self._closed:
+                raise InterpreterError("this interpreter is closed; create a new one")
+            if self._km is None:
+                self._start_kernel()
+        return self
+
+    def __enter__(self) -> JupyterInterpreter:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Shut the kernel down (its whole process group) and remove temporary files."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_kernel()
+        if self._work_dir_cleanup is not None:
+            self._work_dir_cleanup()
+
+    def restart(self) -> None:
+        """Replace the kernel with a fresh one (all state is lost)."""
+        with self._lock:
+            if self._closed:
+                raise InterpreterError("this interpreter is closed; create a new one")
+            self._stop_kernel()
+            self._start_kernel()
+            self.restarts += 1
+
+    def _kernel_env(self) -> dict[str, str]:
+        if self.inherit_env:
+            env = dict(os.environ)
+        else:
+            # Model-written code can read its environment; API keys and tokens of the host
+            # process must not be there, so only neutral variables are passed on.
+            env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith("LC_")}
+        env.setdefault("MPLBACKEND", _MPL_INLINE)
+        env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # silences a debugpy warning at start-up
+        env.update(self.env)
+        return env
+
+    def _start_kernel(self) -> None:
+        self._work_dir.mkdir(parents=True, exist_ok=True)
+        runtime = Path(tempfile.mkdtemp(prefix="chatfmt-kernel-"))
+        manager_class = _manager_class()
+        km = manager_class(
+            transport="ipc",
+            ip=str(runtime / "ipc"),
+            connection_file=str(runtime / "kernel.json"),
+        )
+        km.chatfmt_argv = [
+            self.python,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            "--HistoryManager.enabled=False",  # no shared sqlite file between kernels
+        ]
+        log_path = runtime / "kernel.log"
+        self._runtime, self._km = runtime, km
+        try:
+            with open(log_path, "wb") as log:
+                km.start_kernel(
+                    cwd=str(self._work_dir),
+                    env=self._kernel_env(),
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                )
+            self._pid = getattr(km.provisioner, "pid", None)
+            self._pgid = getattr(km.provisioner, "pgid", None)
+            self._process = getattr(km.provisioner, "process", None)
+            kc = km.client()
+            kc.start_channels()
+            self._kc = kc
+            if self._pid is not None:
+                self._finalizer = weakref.finalize(
+                    self, _reap, self._pid, self._pgid, self._process, runtime, kc
+                )
+            kc.wait_for_ready(timeout=self.startup_timeout)
+            self._setup()
+        except Exception as exc:
+            tail = self._log_tail()
+            self._stop_kernel()
+            raise InterpreterError(
+                f"could not start a Jupyter kernel with {self.python}: {exc}"
+                + (f"\nkernel log: {tail}" if tail else "")
+            ) from exc
+
+    def _setup(self) -> None:
+        """Run the silent start-up cell: working directory and memory limit."""
+        lines = ["import os as _chatfmt_os", f"_chatfmt_os.chdir({str(self._work_dir)!r})"]
+        if self.memory_limit_mb is not None:
+            limit = self.memory_limit_mb * 1024 * 1024
+            lines += [
+                "import resource as _chatfmt_resource",
+                f"_chatfmt_resource.setrlimit(_chatfmt_resource.RLIMIT_AS, ({limit}, {limit}))",
+                "del _chatfmt_resource",
+            ]
+        lines.append("del _chatfmt_os")
+        self._silent("\n".join(lines))
+
+    def _silent(self, code: str) -> None:
+        """Run set-up code that the model never sees; raise if it fails."""
+        kc = self._kc
+        msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise InterpreterError("the kernel did not run its set-up code in time")
+            try:
+                reply = kc.shell_channel.get_msg(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                if not self.is_alive():
+                    raise InterpreterError("the kernel died during set-up") from None
+                continue
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                break
+        content = reply.get("content", {})
+        if content.get("status") != "ok":
+            raise InterpreterError(
+                f"kernel set-up failed: {content.get('ename')}: {content.get('evalue')}"
+            )
+
+    def _log_tail(self, lines: int = 5) -> str:
+        if self._runtime is None:
+            return ""
+        try:
+            text = (self._runtime / "kernel.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(text.strip().splitlines()[-lines:])
+
+    def _stop_kernel(self) -> None:
+        km, kc, runtime, pid = self._km, self._kc, self._runtime, self._pid
+        pgid, process = self._pgid, self._process
+        self._km = self._kc = self._runtime = self._pid = self._pgid = self._process = None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if kc is not None:
+            with contextlib.suppress(Exception):
+                kc.stop_channels()
+        if pid is not None:
+            # Kill first, ourselves: the kernel state is thrown away anyway, a graceful
+            # shutdown of a kernel busy in C code waits out shutdown_wait_time, and
+            # jupyter_client polls for the exit only every 0.1 s. The kernel leads its own
+            # process group, so whatever the code spawned goes too.
+            _kill(pid, pgid, process)
+        if km is not None:
+            with contextlib.suppress(Exception):
+                km.shutdown_kernel(now=True)  # now a formality that cleans up its files
+        if runtime is not None:
+            shutil.rmtree(runtime, ignore_errors=True)
+
+    # -- files --------------------------------------------------------------------------------
+
+    def upload(self, name: str, data: bytes | str) -> Path:
+        """Write a file into ``work_dir`` (atomically) and return its path.
+
+        ``name`` is a relative path inside ``work_dir``; ``..`` and absolute paths are refused.
+        """
+        target = (self._work_dir / name).resolve()
+        if not name or Path(name).is_absolute() or not target.is_relative_to(self._work_dir):
+            raise InterpreterError(f"upload name {name!r} must be a relative path inside work_dir")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upload-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(payload)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return target
+
+    def chdir(self, work_dir: str | os.PathLike[str]) -> None:
+        """Move the (running) kernel to another working directory, creating it if missing."""
+        path = Path(work_dir).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self.start()
+            if self._work_dir_cleanup is not None:
+                self._work_dir_cleanup()
+                self._work_dir_cleanup = None
+            self._work_dir, self._owns_work_dir = path, False
+            self._silent(f"import os as _o\n_o.chdir({str(path)!r})\ndel _o")
+
+    # -- running code -------------------------------------------------------------------------
+
+    def execute(self, code: str, timeout: float | None = None) -> ExecutionResult:
+        """Run ``code`` in the kernel and collect its output; never raises for bad code.
+
+        A dead kernel (killed, out of memory) is restarted, before or during the run, and the
+        result has ``restarted=True`` and an error saying that all state was lost.
+        """
+        limit = self.timeout if timeout is None else timeout
+        with self._lock:
+            self.start()
+            if not self.is_alive():
+                note = self._died_note(before=True)
+                self.restart()
+                return ExecutionResult(
+                    error=note,
+                    ename="KernelDied",
+                    restarted=True,
+                    max_output_chars=self.max_output_chars,
+                )
+            try:
+                return self._run(code, limit)
+            except Exception:
+                if not self._closed:
+                    raise
+                # close() from another thread (a pool closing, exit) pulled the kernel away.
+                return ExecutionResult(max_output_chars=self.max_output_chars).with_error(
+                    "InterpreterClosed: the interpreter was closed while this code ran."
+                )
+
+    def interrupt(self) -> None:
+        """Interrupt the running cell (SIGINT), e.g. when its request was cancelled.
+
+        Safe to call from another thread while :meth:`execute` runs; that run then ends with a
+        ``KeyboardInterrupt`` error and the kernel keeps its state. A no-op when not running.
+        """
+        self._signal(signal.SIGINT)
+
+    def _signal(self, signum: int) -> None:
+        # What jupyter_client does for interrupt_mode "signal" (the kernel's whole process
+        # group, as a terminal's Ctrl-C), minus run_sync and its per-thread event loops.
+        pid, pgid = self._pid, self._pgid
+        if pid is None or not self.is_alive():
+            return
+        with contextlib.suppress(OSError):
+            if pgid is not None and pgid == pid and pgid != os.getpgrp():
+                os.killpg(pgid, signum)
+            else:
+                os.kill(pid, signum)
+
+    async def aexecute(self, code: str, timeout: float | None = None) -> ExecutionResult:
+        """:meth:`execute` on a worker thread, for async servers (it always returns in time)."""
+        return await asyncio.to_thread(self.execute, code, timeout)
+
+    def _died_note(self, *, before: bool) -> str:
+        code = None
+        with contextlib.suppress(Exception):
+            code = self._process.returncode
+        how = "exited"
+        if isinstance(code, int) and code < 0:
+            with contextlib.suppress(ValueError):
+                how = f"killed by {signal.Signals(-code).name}"
+        if isinstance(code, int) and code > 0:
+            how = f"exited with status {code}"
+        hint = (
+            f" (it may have run out of memory; the limit is {self.memory_limit_mb} MB)"
+            if self.memory_limit_mb
+            else ""
+        )
+        when = "had died before this code ran" if before else "died while running this code"
+        return (
+            f"KernelDied: the kernel {when} ({how}){hint}. It was restarted: variables, "
+            "imports and definitions are lost; run the needed code again."
+        )
+
+    def _run(self, code: str, limit: float) -> ExecutionResult:
+        kc = self._kc
+        msg_id = kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+        out = _Collector()
+        deadline = time.monotonic() + limit
+        interrupted_at: float | None = None
+        while not out.idle:
+            now = time.monotonic()
+            if interrupted_at is None and now >= deadline:
+                self._signal(signal.SIGINT)
+                interrupted_at = now
+            if interrupted_at is not None and now - interrupted_at > self.interrupt_grace:
+                self.restart()
+                return out.result(
+                    self.max_output_chars,
+                    timed_out=True,
+                    restarted=True,
+                ).with_error(
+                    f"TimeoutError: the code ran longer than {limit:g} s and did not stop when "
+                    "interrupted, so the kernel was restarted: variables, imports and "
+                    "definitions are lost."
+                )
+            wait = 0.2 if interrupted_at is None else 0.1
+            try:
+                msg = kc.iopub_channel.get_msg(timeout=min(wait, max(deadline - now, 0.01)))
+            except queue.Empty:
+                if not self.is_alive():
+                    note = self._died_note(before=False)
+                    self.restart()
+                    return out.result(self.max_output_chars, restarted=True).with_error(
+                        note, ename="KernelDied"
+                    )
+                continue
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                out.handle(msg)
+        self._drain_reply(msg_id)
+        result = out.result(self.max_output_chars, timed_out=interrupted_at is not None)
+        if interrupted_at is not None:
+            # Replaces the KeyboardInterrupt traceback, which would only confuse the model.
+            result = result.with_error(
+                f"TimeoutError: the code ran longer than {limit:g} s and was interrupted "
+                "(the kernel and its state are kept)."
+            )
+        return result
+
+    def _drain_reply(self, msg_id: str) -> None:
+        """Consume the shell reply of a finished run so replies do not pile up."""
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            try:
+                reply = self._kc.shell_channel.get_msg(timeout=0.5)
+            except queue.Empty:
+                return
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                return
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self.started else "not started")
+        return f"JupyterInterpreter(work_dir={str(self._work_dir)!r}, pid={self._pid}, {state})"
