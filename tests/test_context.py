@@ -93,7 +93,7 @@ def test_fit_property(context: int, reserve: int) -> None:
 def test_truncate_tool_results_marks_cut(qwen) -> None:  # type: ignore[no-untyped-def]
     text = "数据 " * 400
     cut = truncate_text(text, qwen, 50)
-    assert cut.endswith("tokens]") and "…[truncated" in cut
+    assert cut.endswith("characters]") and "…[truncated" in cut
     assert qwen.count_text(cut) <= 50
     assert "\ufffd" not in cut
     conv = truncate_tool_results(

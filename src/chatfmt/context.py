@@ -16,6 +16,7 @@ from .errors import ContextOverflowError
 from .messages import Conversation, Message, as_conversation
 from .segments import Block, BlockEncoder
 from .tokenizers.base import Tokenizer
+from .tools.truncate import truncate
 
 
 @dataclass(frozen=True)
@@ -151,19 +152,12 @@ def _turn_of_block(block: Block, turn_of: dict[int, int]) -> int | None:
 
 
 def truncate_text(text: str, tokenizer: Tokenizer, max_tokens: int) -> str:
-    """``text`` cut to at most ``max_tokens`` tokens (as text), with a visible marker.
+    """``text`` cut to at most ``max_tokens`` tokens, marker included.
 
     The ChatGLM3 demos cut long tool results the same way (``truncate_length``); the marker tells
     the model the result is incomplete.
     """
-    ids = tokenizer.encode_text(text)
-    if len(ids) <= max_tokens:
-        return text
-    marker = f"\n…[truncated {len(ids) - max_tokens} tokens]"
-    keep = max(0, max_tokens - tokenizer.count_text(marker))
-    head = tokenizer.decode(ids[:keep])
-    # A cut inside a multi-byte character decodes to U+FFFD; drop that partial character.
-    return head.rstrip("\ufffd") + marker
+    return truncate(text, max_tokens=max_tokens, count_tokens=tokenizer.count_text)
 
 
 def truncate_tool_results(
