@@ -92,8 +92,11 @@ def test_interpreter_call_chatglm3(small_glm) -> None:  # type: ignore[no-untype
 
 
 def test_step_limit_and_unknown_tool(qwen) -> None:  # type: ignore[no-untyped-def]
-    loop = '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call><|im_end|>'
-    engine = FakeEngine(qwen, [loop])
+    script = [
+        f'<tool_call>\n{{"name": "nope", "arguments": {{"n": {i}}}}}\n</tool_call><|im_end|>'
+        for i in range(5)
+    ]
+    engine = FakeEngine(qwen, script)
     agent = Agent(
         engine, chatfmt.get_dialect("qwen2.5"), tools=ToolRegistry([get_weather]), max_steps=3
     )
@@ -101,6 +104,16 @@ def test_step_limit_and_unknown_tool(qwen) -> None:  # type: ignore[no-untyped-d
     assert result.stopped == "max_steps" and result.steps == 3
     tool_msgs = [m for m in result.conversation.messages if m.role == "tool"]
     assert len(tool_msgs) == 3 and "nope" in (tool_msgs[0].content or "")
+
+
+def test_repeated_call_stops_the_loop(qwen) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(qwen, [CALL])
+    agent = Agent(engine, chatfmt.get_dialect("qwen2.5"), tools=ToolRegistry([get_weather]))
+    result = asyncio.run(agent.run([{"role": "user", "content": "Weather in Beijing?"}]))
+    assert result.stopped == "repeated_call" and result.steps == 2
+    # The repeated call was not run again and is not left dangling without a result.
+    assert [m.role for m in result.conversation.messages] == ["user", "assistant", "tool"]
+    chatfmt.get_dialect("qwen2.5").validate(result.conversation)
 
 
 def test_text_streams_as_deltas(qwen) -> None:  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ loop does is reported as events, for terminals and web UIs.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -82,7 +83,7 @@ class AgentResult:
 
     conversation: Conversation
     steps: int
-    stopped: str  # "answer", "max_steps" or "length"
+    stopped: str  # "answer", "max_steps", "length" or "repeated_call"
     new_messages: list[Message] = field(default_factory=list)
 
     @property
@@ -140,6 +141,7 @@ class Agent:
         """Run the loop, yielding events as they happen and the :class:`AgentResult` last."""
         conv = as_conversation(conversation, self._tools() or None)
         new: list[Message] = []
+        seen: set[tuple[str, str]] = set()
         tok = self.engine.tokenizer
         stop_ids = tuple(self.dialect.stop_ids(tok))
         for step in range(1, self.max_steps + 1):
@@ -186,6 +188,17 @@ class Agent:
             if not calls:
                 yield AgentResult(conv, step, "answer", new)
                 return
+            keys = [(c.name, _canonical(c.arguments)) for c in calls]
+            if all(k in seen for k in keys):
+                # Small models often repeat a call they already made instead of answering;
+                # running it again cannot tell them anything new. The repeated turn is dropped
+                # so the conversation stays valid (no call without a result).
+                n = len(result.messages)
+                conv = Conversation(messages=conv.messages[:-n], tools=conv.tools)
+                del new[-n:]
+                yield AgentResult(conv, step, "repeated_call", new)
+                return
+            seen.update(keys)
             for call in calls:
                 yield ToolStarted(call)
                 observation, ok, images = await self._run_call(call)
@@ -204,13 +217,16 @@ class Agent:
                 return "interpreter call without a 'code' string", False, ()
             interpreter = self.interpreter
             res = await asyncio.to_thread(interpreter.execute, code, self.code_timeout)
-            # ChatGLM3 was trained on interpreter results in a ```result block.
-            text = f"```result\n{res.observation()}\n```"
+            text = self.dialect.interpreter_observation(res.observation())
             return text, res.error is None and not res.timed_out, tuple(res.images)
         if self.tools is None:
             return f"Error: no tool named {call.name!r} is available", False, ()
         out = await self.tools.acall(call.name, call.arguments, timeout=self.tool_timeout)
         return str(out.content), bool(out.ok), ()
+
+
+def _canonical(arguments: str) -> str:
+    return json.dumps(json.loads(arguments), sort_keys=True)
 
 
 def text_of(events: Sequence[AgentEvent]) -> str:

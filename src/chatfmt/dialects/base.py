@@ -149,6 +149,11 @@ class Dialect(ABC):
     def stream_parser(self) -> StreamParser:
         """A fresh parser for one assistant turn (what follows the generation prompt)."""
 
+    def interpreter_observation(self, output: str) -> str:
+        """The observation text for code-interpreter output (as the model was trained to read
+        it); plain text unless the dialect has a convention."""
+        return output
+
     def stop_ids(self, tokenizer: Tokenizer) -> list[int]:
         """Ids that end the assistant's turn, for this tokenizer."""
         return [tokenizer.control_id(t) for t in self.stop_controls if tokenizer.has_control(t)]

@@ -152,6 +152,10 @@ class ChatGLM3(Dialect):
         """A parser for the output that follows the ``<|assistant|>`` generation prompt."""
         return ChatGLM3StreamParser(id_factory=id_factory or self._id_factory)
 
+    def interpreter_observation(self, output: str) -> str:
+        """ChatGLM3 reads interpreter results in a ```result block (PROMPT.md)."""
+        return f"```result\n{output}\n```"
+
     def stop_strings(self) -> list[str]:
         """``<|user|>`` and ``<|observation|>``; eos has no text form."""
         return [USER, OBSERVATION]

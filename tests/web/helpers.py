@@ -1,0 +1,114 @@
+"""A scripted model for the web tests: the reply depends on the last user message, so tests
+need not run in a fixed order, and a live server built on it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from chatfmt.agent import CodeRunner
+from chatfmt.dialects import get_dialect
+from chatfmt.engines.fake import FakeEngine
+from chatfmt.tokenizers.base import Tokenizer
+from chatfmt.web import demo_tools, mount_web
+
+HELLO_REPLY = (
+    "Hello! Here is **bold**, *italics* and `inline code`.\n\n"
+    "- first item\n- second item\n\n"
+    "```python\nprint('hi')\n```\n"
+    "<script>alert(1)</script> [a link](https://example.com)<|im_end|>"
+)
+WEATHER_CALL = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+)
+WEATHER_ANSWER = "It is demo weather in Paris.<|im_end|>"
+PLOT_CODE = (
+    "import matplotlib\\nmatplotlib.use('module://matplotlib_inline.backend_inline')\\n"
+    "import matplotlib.pyplot as plt\\nplt.plot([1, 2, 3], [1, 4, 9])\\n"
+    "plt.title('squares')\\nplt.show()\\nprint('plotted')"
+)
+PLOT_CALL = (
+    '<tool_call>\n{"name": "interpreter", "arguments": {"code": "' + PLOT_CODE + '"}}\n'
+    "</tool_call><|im_end|>"
+)
+PLOT_ANSWER = "Here is the plot of the squares.<|im_end|>"
+SLOW_REPLY = " ".join(f"word{i}" for i in range(400)) + "<|im_end|>"
+
+
+def scripted(tokenizer: Tokenizer) -> Callable[[list[int]], str]:
+    """Reply by keyword of the last user message; after a tool result, give the answer."""
+
+    def reply(prompt: list[int]) -> str:
+        text = tokenizer.decode(prompt)
+        tail = text.rsplit("<|im_start|>user\n", 1)[-1]
+        if tail.startswith("<tool_response>"):
+            return PLOT_ANSWER if "plotted" in tail or "[Image]" in tail else WEATHER_ANSWER
+        lowered = tail.lower()
+        if "weather" in lowered:
+            return WEATHER_CALL
+        if "plot" in lowered:
+            return PLOT_CALL
+        if "slow" in lowered:
+            return SLOW_REPLY
+        if "fail" in lowered:
+            return "<|im_end|>"
+        return HELLO_REPLY
+
+    return reply
+
+
+def build_app(
+    tokenizer: Tokenizer,
+    *,
+    delay: float = 0.0,
+    interpreter_factory: Callable[[], CodeRunner] | None = None,
+    context_length: int = 32768,
+    **kwargs: Any,
+) -> tuple[FastAPI, FakeEngine]:
+    engine = FakeEngine(tokenizer, scripted(tokenizer), delay=delay, context_length=context_length)
+    app = FastAPI()
+    mount_web(
+        app,
+        engine=engine,
+        dialect=get_dialect("qwen2.5"),
+        tools=demo_tools(),
+        interpreter_factory=interpreter_factory,
+        model_name="fake-qwen",
+        **kwargs,
+    )
+    return app, engine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def live_server(app: FastAPI) -> Iterator[str]:
+    """Run ``app`` with uvicorn on 127.0.0.1 in a thread; yield its base URL."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="web-test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -1,0 +1,341 @@
+"""The web chat in headless Chromium against a real uvicorn server over a scripted FakeEngine.
+
+Needs Playwright for Python (``pip install playwright``; its own browser download is not used)
+and Debian's Chromium at /usr/bin/chromium (``apt-get install chromium``). The interpreter test
+uses a real Jupyter kernel when ``jupyter_client`` and ``ipykernel`` are installed. Screenshots
+go to ``test-artifacts/web/``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server extra (chatfmt[server]) is not installed")
+pytest.importorskip("uvicorn", reason="the server extra (chatfmt[server]) is not installed")
+
+CHROMIUM = Path("/usr/bin/chromium")
+if importlib.util.find_spec("playwright") is None:
+    pytest.skip(
+        "Playwright for Python is not installed (pip install playwright)", allow_module_level=True
+    )
+if not CHROMIUM.exists():
+    pytest.skip(
+        "Chromium is not at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
+    )
+
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright  # noqa: E402
+
+from chatfmt.context import Budget  # noqa: E402
+from chatfmt.dialects import get_dialect  # noqa: E402
+from chatfmt.engines.fake import FakeEngine  # noqa: E402
+from chatfmt.tokenizers.base import Tokenizer  # noqa: E402
+
+from .helpers import HELLO_REPLY, build_app, live_server  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DESKTOP = {"width": 1200, "height": 900}
+PHONE = {"width": 375, "height": 740}
+
+
+def _interpreter_factory() -> tuple[Callable[[], Any], str]:
+    """A real Jupyter kernel if available, else a stand-in that returns a real matplotlib PNG."""
+    if importlib.util.find_spec("jupyter_client") and importlib.util.find_spec("ipykernel"):
+        from chatfmt.interpreter import JupyterInterpreter
+
+        return (lambda: JupyterInterpreter(timeout=60).start()), "jupyter"
+
+    class PlotOnly:
+        """Draws a fixed plot (it never runs the model's code): exercises the page only."""
+
+        def execute(self, code: str, timeout: float | None = None) -> Any:
+            import io
+
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            from chatfmt.interpreter import ExecutionResult
+
+            fig = plt.figure()
+            plt.plot([1, 2, 3], [1, 4, 9])
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png")
+            plt.close(fig)
+            return ExecutionResult(text="plotted", images=[buf.getvalue()])
+
+    return PlotOnly, "stand-in"
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    from chatfmt.tokenizers import load_tokenizer
+
+    try:
+        return load_tokenizer("qwen2.5")
+    except Exception as exc:
+        pytest.skip(f"the qwen2.5 tokenizer is not available: {exc}")
+
+
+@pytest.fixture(scope="module")
+def server(tok: Tokenizer) -> Iterator[tuple[str, FakeEngine]]:
+    factory, _ = _interpreter_factory()
+    app, engine = build_app(tok, delay=0.02, interpreter_factory=factory)
+    with live_server(app) as url:
+        yield url, engine
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: tuple[str, FakeEngine]) -> Iterator[Page]:
+    """A fresh browser profile per test; fails the test on any page error or console error."""
+    yield from _page(browser, server[0])
+
+
+def _page(browser: Browser, url: str, model: str = "fake-qwen · qwen2.5") -> Iterator[Page]:
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+
+    def on_console(msg: ConsoleMessage) -> None:
+        if msg.type == "error" and "401" not in msg.text:  # 401: the API-key test
+            problems.append(f"console error: {msg.text}")
+
+    page.on("console", on_console)
+    page.goto(url)
+    expect(page.locator("#model")).to_have_text(model)
+    yield page
+    context.close()
+    assert not problems, problems
+
+
+def send(page: Page, text: str) -> None:
+    page.locator("#prompt").fill(text)
+    page.locator("#prompt").press("Enter")
+
+
+def wait_idle(page: Page, timeout: float = 30_000) -> None:
+    """Until the reply has finished (Send enabled, Stop disabled)."""
+    expect(page.locator("#stop")).to_be_disabled(timeout=timeout)
+    expect(page.locator("#send")).to_be_enabled()
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name))
+
+
+def test_streamed_reply_renders_markdown_safely(
+    page: Page, server: tuple[str, FakeEngine], tok: Tokenizer
+) -> None:
+    send(page, "hello")
+    reply = page.locator(".msg.assistant .content").last
+    # Text shows while the reply is still streaming.
+    expect(reply).to_contain_text("Hello!")
+    expect(page.locator("#stop")).to_be_enabled()
+    assert "second item" not in reply.inner_text()
+    wait_idle(page)
+    expect(page.locator(".msg.user")).to_have_text("Youhello")
+    expect(reply.locator("strong")).to_have_text("bold")
+    expect(reply.locator("em")).to_have_text("italics")
+    expect(reply.locator("p code")).to_have_text("inline code")
+    expect(reply.locator("li")).to_have_count(2)
+    expect(reply.locator("pre code")).to_have_text("print('hi')")
+    # The model's <script> is text, not markup; links are safe.
+    expect(reply.locator("script")).to_have_count(0)
+    expect(reply).to_contain_text("<script>alert(1)</script>")
+    link = reply.locator("a")
+    expect(link).to_have_attribute("href", "https://example.com")
+    expect(link).to_have_attribute("rel", "noopener noreferrer")
+    # The token count is the exact prompt of the stored conversation.
+    budget = Budget(get_dialect("qwen2.5"), tok)
+    answer = HELLO_REPLY.removesuffix("<|im_end|>")
+    tokens = budget.count(
+        [{"role": "user", "content": "hello"}, {"role": "assistant", "content": answer}]
+    )
+    expect(page.locator("#tokens")).to_have_text(f"{tokens:,} / 32,768 tokens")
+    expect(page.locator("#regenerate")).to_be_enabled()
+    shot(page, "chat-desktop.png")
+
+
+def test_tool_call_is_shown_with_its_result(page: Page) -> None:
+    page.get_by_label("Tools").check()
+    tool_list = page.locator("#tool-list")
+    expect(tool_list).to_be_visible()
+    tool_list.locator("summary").click()
+    expect(tool_list.locator("li")).to_have_count(2)
+    expect(tool_list).to_contain_text("get_weather")
+    expect(tool_list).to_contain_text("calculator")
+    send(page, "What is the weather in Paris?")
+    expect(page.get_by_text("It is demo weather in Paris.")).to_be_visible(timeout=20_000)
+    wait_idle(page)
+    call = page.locator("details.call")
+    expect(call).to_have_count(1)
+    expect(call.locator("summary")).to_contain_text("get_weather")
+    expect(call.locator(".badge")).to_have_text("done")
+    call.locator("summary").click()
+    expect(call.locator(".args")).to_contain_text('"city": "Paris"')
+    expect(call.locator(".output")).to_contain_text("demo data, not a real weather reading")
+    shot(page, "tools-desktop.png")
+
+
+def test_interpreter_plot_appears_and_survives_reload(page: Page) -> None:
+    page.get_by_label("Code interpreter").check()
+    send(page, "plot the squares of 1, 2, 3")
+    cell = page.locator("details.code-cell")
+    # The code streams into the cell before it runs.
+    expect(cell.locator(".source")).to_contain_text("plt.plot([1, 2, 3]", timeout=20_000)
+    image = cell.locator("img")
+    expect(image).to_have_count(1, timeout=120_000)  # the first kernel takes a while to start
+    assert (image.get_attribute("src") or "").startswith("data:image/png;base64,iVBOR")
+    expect(page.get_by_text("Here is the plot of the squares.")).to_be_visible(timeout=20_000)
+    wait_idle(page)
+    assert image.evaluate("img => img.naturalWidth") > 100
+    expect(cell.locator(".output")).to_contain_text("plotted")
+    expect(cell.locator(".badge")).to_have_text("done")
+    shot(page, "interpreter-desktop.png")
+
+    page.set_viewport_size(PHONE)
+    page.locator("#main").evaluate("m => { m.scrollTop = m.scrollHeight; }")
+    shot(page, "interpreter-375.png")
+    # Nothing is wider than a phone screen.
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert page.evaluate("document.body.scrollWidth") <= PHONE["width"]
+
+    page.reload()
+    expect(page.locator(".msg.user")).to_contain_text("plot the squares")
+    expect(page.locator("details.code-cell img")).to_have_count(1)
+    expect(page.locator("details.code-cell .source")).to_contain_text("plt.plot([1, 2, 3]")
+    expect(page.get_by_label("Code interpreter")).to_be_checked()
+    expect(page.get_by_text("Here is the plot of the squares.")).to_be_visible()
+
+
+def test_reload_keeps_the_conversation_and_tabs_are_separate(page: Page) -> None:
+    page.locator("summary", has_text="System prompt").click()
+    page.get_by_label("System prompt").fill("Answer in English.")
+    send(page, "hello")
+    wait_idle(page)
+    page.reload()
+    expect(page.locator(".msg.user")).to_have_text("Youhello")
+    expect(page.locator(".msg.assistant strong")).to_have_text("bold")
+    expect(page.get_by_label("System prompt")).to_have_value("Answer in English.")
+    expect(page.locator("#tokens")).to_have_text(re.compile(r"^[\d,]+ / 32,768 tokens$"))
+
+    # Another tab in the same browser has its own conversation (sessionStorage id).
+    other = page.context.new_page()
+    other.goto(page.url)
+    expect(other.locator("#empty")).to_be_visible()
+    expect(other.locator(".msg")).to_have_count(0)
+    other.close()
+
+    # New chat empties this tab, and the empty chat survives a reload.
+    page.get_by_role("button", name="New chat").click()
+    expect(page.locator(".msg")).to_have_count(0)
+    page.reload()
+    expect(page.locator(".msg")).to_have_count(0)
+    expect(page.locator("#empty")).to_be_visible()
+
+
+def test_stop_and_regenerate(page: Page, server: tuple[str, FakeEngine]) -> None:
+    engine = server[1]
+    cancelled = engine.cancelled
+    send(page, "slow story please")
+    reply = page.locator(".msg.assistant .content").last
+    expect(reply).to_contain_text("word5")
+    page.get_by_role("button", name="Stop").click()
+    expect(page.locator("#status")).to_have_text("Stopped.")
+    wait_idle(page)
+    deadline = time.monotonic() + 5
+    while engine.cancelled == cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.cancelled == cancelled + 1  # the server stopped generating
+    kept = reply.inner_text()
+    assert "word399" not in kept
+
+    # Regenerate replaces the partial answer with a new one (stopped again here).
+    page.get_by_role("button", name="Regenerate").click()
+    expect(page.locator("#stop")).to_be_enabled()
+    expect(page.locator(".msg.assistant .content").last).to_contain_text("word3")
+    page.get_by_role("button", name="Stop").click()
+    wait_idle(page)
+    expect(page.locator(".msg.user")).to_have_count(1)
+
+
+def test_keyboard(page: Page) -> None:
+    prompt = page.locator("#prompt")
+    expect(prompt).to_be_focused()
+    prompt.type("line one")
+    prompt.press("Shift+Enter")
+    prompt.type("line two")
+    expect(prompt).to_have_value("line one\nline two")
+    expect(page.locator(".msg")).to_have_count(0)
+    prompt.press("Enter")
+    expect(page.locator(".msg.user")).to_have_text("Youline one\nline two")
+    wait_idle(page)
+    # Controls are reachable by keyboard and labelled.
+    for label in ("Chat", "Tools", "Code interpreter", "Message", "System prompt"):
+        expect(page.get_by_label(label, exact=True)).to_have_count(1)
+    expect(page.locator("#log")).to_have_attribute("aria-live", "polite")
+
+
+def test_markdown_renderer_escapes_everything(page: Page) -> None:
+    cases = {
+        "<img src=x onerror=alert(1)>": "&lt;img src=x onerror=alert(1)&gt;",
+        "[x](javascript:alert(1))": "[x](javascript:alert(1))",
+        '[x](https://a.example/"onmouseover="alert(1))': "&quot;onmouseover=&quot;",
+        "`<b>` and **<i>**": "<code>&lt;b&gt;</code> and <strong>&lt;i&gt;</strong>",
+        "```html\n<script>x</script>\n```": "&lt;script&gt;x&lt;/script&gt;",
+        "# Title": "<h2>Title</h2>",
+        "1. one\n2. two": "<ol><li>one</li><li>two</li></ol>",
+    }
+    for source, expected in cases.items():
+        html = page.evaluate("s => window.chatfmt.renderMarkdown(s)", source)
+        assert expected in html, (source, html)
+        assert (
+            "<script" not in html
+            and "<img" not in html
+            and "javascript:" not in html.replace("[x](javascript:", "")
+        ), html
+
+
+def test_api_key_is_asked_for(browser: Browser, tok: Tokenizer) -> None:
+    app, _ = build_app(tok, api_key="s3cret")
+    with live_server(app) as url:
+        for page in _page(browser, url, model="API key needed"):
+            form = page.locator("#key-form")
+            expect(form).to_be_visible()
+            expect(page.get_by_label("This server needs an API key")).to_be_focused()
+            page.get_by_label("This server needs an API key").fill("s3cret")
+            page.get_by_role("button", name="Use key").click()
+            expect(page.locator("#model")).to_have_text("fake-qwen · qwen2.5")
+            expect(form).to_be_hidden()
+            send(page, "hello")
+            wait_idle(page)
+            expect(page.locator(".msg.assistant strong")).to_have_text("bold")

