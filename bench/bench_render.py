@@ -94,7 +94,7 @@ def main() -> None:
             return hf.apply_chat_template(conv, tokenize=True, add_generation_prompt=True)
 
         hf_ids = hf_render()
-        hf_ids = list(hf_ids["input_ids"] if isinstance(hf_ids, dict) else hf_ids)
+        hf_ids = list(hf_ids["input_ids"] if hasattr(hf_ids, "keys") else hf_ids)
         assert hf_ids == prompt.ids, "chatfmt and transformers disagree on the ids"
         t_hf = timeit(hf_render, max(3, args.repeat // 4))
         rows.append(("transformers apply_chat_template(tokenize=True)", t_hf))

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from .tokenizers.base import Tokenizer
 
 
-@dataclass(frozen=True, slots=True)
-class Control:
+# Segments and blocks are named tuples, not dataclasses: they are hashed on every cache lookup,
+# and a tuple hashes in C.
+
+
+class Control(NamedTuple):
     """A control token, named by its text. Only renderers and decoders create these.
 
     ``required=False`` marks a token the dialect uses when the vocabulary has it (Qwen2.5's
@@ -31,8 +34,7 @@ class Control:
     required: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Text:
+class Text(NamedTuple):
     """A run of text, encoded in one tokenizer call with special-token parsing off."""
 
     text: str
@@ -41,8 +43,7 @@ class Text:
 Segment = Control | Text
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
+class Block(NamedTuple):
     """Segments that render ``messages`` (indices into the conversation; empty for a prefix or
     a generation prompt)."""
 
@@ -100,14 +101,18 @@ class BlockEncoder:
             return hit
         ids: list[int] = []
         tok = self.tokenizer
+        controls = tok.controls
+        encode = tok.encode_text
         for seg in block.segments:
-            if isinstance(seg, Control):
-                if seg.required or tok.has_control(seg.token):
-                    ids.append(tok.control_id(seg.token))
-                else:
-                    ids.extend(tok.encode_text(seg.token))
-            elif seg.text:
-                ids.extend(tok.encode_text(seg.text))
+            if type(seg) is Text:
+                if seg.text:
+                    ids.extend(encode(seg.text))
+            elif seg[0] in controls:
+                ids.append(controls[seg[0]])
+            elif seg.required:  # type: ignore[union-attr]
+                tok.control_id(seg[0])  # raises TokenizerError naming the missing token
+            else:
+                ids.extend(encode(seg[0]))
         result = tuple(ids)
         if len(self._cache) >= self._max:
             del self._cache[next(iter(self._cache))]
