@@ -248,6 +248,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise MissingDependencyError(
             f"the server is not available ({exc}); install it with `pip install 'chatfmt[all]'`"
         ) from None
+    tools = load_tools_file(args.tools) if args.tools else None
+
+    def configure(app: Any, engine: Any, dialect: Dialect) -> None:
+        from .serve import model_name
+        from .web import demo_tools, mount_web
+
+        factory = None
+        if not args.no_interpreter:
+            try:
+                from .interpreter import JupyterInterpreter
+
+                require_jupyter()
+                factory = lambda: JupyterInterpreter(timeout=60).start()  # noqa: E731
+            except MissingDependencyError:
+                factory = None  # the web chat offers chat and tool modes only
+        mount_web(
+            app,
+            engine=engine,
+            dialect=dialect,
+            tools=tools if tools is not None else demo_tools(),
+            interpreter_factory=factory,
+            model_name=model_name(args.model),
+            api_key=args.api_key,
+        )
+
     run_server(
         model=args.model,
         dialect=args.dialect,
@@ -256,8 +281,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         api_key=args.api_key,
+        n_threads=args.threads,
+        configure=None if args.no_web else configure,
     )
     return 0
+
+
+def require_jupyter() -> None:
+    """Raise MissingDependencyError unless the interpreter's kernel packages are installed."""
+    from ._imports import require
+
+    require("jupyter_client", extra="jupyter")
+    require("ipykernel", extra="jupyter")
 
 
 # ==== Argument parsing ====
@@ -344,6 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", help="require this bearer token")
+    p.add_argument("--threads", type=int, help="CPU threads for the local model")
+    p.add_argument("--tools", metavar="FILE.py", help="tools for the web chat (default: demo)")
+    p.add_argument("--no-interpreter", action="store_true", help="no code interpreter mode")
+    p.add_argument("--no-web", action="store_true", help="serve only the API, no web chat")
     p.set_defaults(func=cmd_serve)
     return parser
 

@@ -1,0 +1,128 @@
+"""The engine interface: token ids in, a stream of generated token ids out.
+
+An engine knows nothing about chat formats. The layers above render the prompt with a dialect,
+hand the ids to :meth:`Engine.stream`, and parse what comes back. Stopping iteration (``break``,
+``aclose()``, or cancelling the consuming task) stops generation.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..errors import EngineError
+from ..tokenizers.base import Tokenizer
+
+EngineFinish = Literal["stop", "length"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How to sample one completion.
+
+    ``temperature == 0`` is greedy decoding. ``stop_ids`` end generation when produced (the id
+    is yielded, so a parser sees the stop token). ``stop_strings`` are passed to engines that
+    take them (remote servers); callers that need exact stop-string semantics apply them to
+    the text themselves, as the server does.
+    """
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationChunk:
+    """Newly generated ids; ``text`` when the engine also reports their text.
+
+    The last chunk of a stream has ``finish_reason`` set (it may carry no ids).
+    """
+
+    token_ids: tuple[int, ...]
+    text: str | None = None
+    finish_reason: EngineFinish | None = None
+
+
+@dataclass(slots=True)
+class Generation:
+    """A whole completion, as :meth:`Engine.generate` returns it."""
+
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: EngineFinish = "stop"
+
+
+class EngineUnavailableError(EngineError):
+    """The engine cannot be reached or is not ready; retrying later may succeed."""
+
+
+class Engine(ABC):
+    """A model runtime that continues a prompt given as token ids."""
+
+    #: A short description for logs and ``/health`` (``"local:/path/model.gguf"``).
+    name: str = "engine"
+
+    @property
+    @abstractmethod
+    def context_length(self) -> int:
+        """Prompt plus completion tokens the engine can hold."""
+
+    @property
+    @abstractmethod
+    def tokenizer(self) -> Tokenizer:
+        """A chatfmt tokenizer for the model's vocabulary."""
+
+    @abstractmethod
+    def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        """Generate after ``prompt_ids``; raises :class:`EngineError` when the runtime fails.
+
+        Implementations are async generators: closing the iterator stops generation.
+        """
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        """Run :meth:`stream` to the end and collect the result."""
+        out = Generation()
+        texts: list[str] = []
+        stream = self.stream(prompt_ids, params)
+        try:
+            async for chunk in stream:
+                out.token_ids.extend(chunk.token_ids)
+                if chunk.text:
+                    texts.append(chunk.text)
+                if chunk.finish_reason is not None:
+                    out.finish_reason = chunk.finish_reason
+        finally:
+            await stream.aclose()
+        out.text = "".join(texts)
+        return out
+
+    async def health(self) -> bool:
+        """Whether the engine can serve requests now."""
+        return True
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release the runtime (threads, connections, model memory)."""
+
+    def check_fits(self, n_prompt: int, max_tokens: int) -> None:
+        """Raise :class:`EngineError` if the prompt plus ``max_tokens`` exceed the context."""
+        if n_prompt + max_tokens > self.context_length:
+            raise EngineError(
+                f"the prompt has {n_prompt} tokens and max_tokens is {max_tokens}, which "
+                f"exceeds the context length {self.context_length}; shorten the conversation "
+                "or lower max_tokens"
+            )

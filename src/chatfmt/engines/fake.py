@@ -1,0 +1,118 @@
+"""A scripted engine for unit tests of the layers above engines (server, agents)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable, Sequence
+
+from ..dialects.base import ControlSplitter
+from ..errors import EngineError
+from ..segments import Control
+from ..tokenizers.base import Tokenizer
+from .base import Engine, GenerationChunk, SamplingParams
+
+Reply = str | Sequence[int]
+Script = Sequence[Reply] | Callable[[list[int]], Reply]
+
+
+class FakeEngine(Engine):
+    """Replays scripted replies, one per call, cycling through ``script``.
+
+    A reply is token ids, or text in which control tokens are written out
+    (``"<tool_call>\\n{...}\\n</tool_call><|im_end|>"``); text is encoded with ``tokenizer``.
+    ``script`` may also be a function of the prompt ids. Stop ids and ``max_tokens`` are
+    honoured like a real engine: the stop id is yielded, then the stream ends with ``stop``;
+    a reply that runs out without a stop id ends with ``stop`` too (as at end of text).
+
+    ``delay`` sleeps between tokens; ``fail_after`` raises :class:`EngineError` after that many
+    tokens (0: before the first; at the end of a shorter reply). Every prompt is recorded in
+    :attr:`prompts`, and :attr:`cancelled` counts streams closed before they finished.
+    """
+
+    name = "fake"
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        script: Script = ("Hello!",),
+        *,
+        context_length: int = 32768,
+        delay: float = 0.0,
+        fail_after: int | None = None,
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._script = script
+        self._context_length = context_length
+        self._calls = 0
+        self.delay = delay
+        self.fail_after = fail_after
+        self.prompts: list[list[int]] = []
+        self.params: list[SamplingParams] = []
+        self.cancelled = 0
+        self.finished = 0
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    def reply_ids(self, reply: Reply) -> list[int]:
+        """Token ids of a scripted reply."""
+        if not isinstance(reply, str):
+            return list(reply)
+        tok = self._tokenizer
+        splitter = ControlSplitter(list(tok.controls))
+        ids: list[int] = []
+        for piece in [*splitter.feed(reply), *splitter.flush()]:
+            if isinstance(piece, Control):
+                ids.append(tok.control_id(piece.token))
+            else:
+                ids.extend(tok.encode_text(piece))
+        return ids
+
+    def _next_reply(self, prompt: list[int]) -> list[int]:
+        if callable(self._script):
+            return self.reply_ids(self._script(prompt))
+        reply = self._script[self._calls % len(self._script)]
+        self._calls += 1
+        return self.reply_ids(reply)
+
+    async def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        prompt = list(prompt_ids)
+        self.check_fits(len(prompt), 1)
+        self.prompts.append(prompt)
+        self.params.append(params)
+        ids = self._next_reply(prompt)
+        budget = min(params.max_tokens, self._context_length - len(prompt))
+        stops = set(params.stop_ids)
+        done = False
+        try:
+            for n, token in enumerate(ids):
+                if self.fail_after is not None and n >= self.fail_after:
+                    done = True
+                    raise EngineError("the fake engine failed as scripted")
+                if n >= budget:
+                    break
+                if self.delay:
+                    await asyncio.sleep(self.delay)
+                if token in stops:
+                    done = True
+                    yield GenerationChunk((token,), finish_reason="stop")
+                    return
+                yield GenerationChunk((token,))
+            if self.fail_after is not None and len(ids) <= budget:
+                done = True
+                raise EngineError("the fake engine failed as scripted")
+            # Like a real engine: out of budget is "length" even if the reply just ended.
+            done = True
+            yield GenerationChunk((), finish_reason="length" if len(ids) >= budget else "stop")
+        finally:
+            if done:
+                self.finished += 1
+            else:
+                self.cancelled += 1

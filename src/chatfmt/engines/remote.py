@@ -1,0 +1,419 @@
+"""An engine on another machine: an OpenAI-compatible ``/v1/completions`` endpoint.
+
+The point is to send the exact prompt ids chatfmt rendered, never a prompt string that the
+server would re-tokenize with special tokens on (which would turn text such as ``<|im_start|>``
+typed by a user into a control token). What is sent, by server kind (detected once from
+``GET /v1/models``: ``owned_by`` is ``vllm``, ``llamacpp`` or, for llama-cpp-python, ``me``):
+
+- **vLLM**: ``prompt`` = the token ids; ``stop_token_ids`` = the dialect's stop ids;
+  ``skip_special_tokens: false`` (control tokens come back as text); ``return_token_ids:
+  true`` (each chunk carries its ``token_ids``). ``max_model_len`` gives the context length.
+- **llama.cpp server** (``llama-server``): ``prompt`` = the token ids; ``return_tokens: true``
+  (chunks carry ``tokens``); ``top_k: 0, min_p: 0, repeat_penalty: 1`` so sampling follows
+  OpenAI's parameters only. It stops on the model's end-of-generation tokens by itself.
+- **llama-cpp-python server**: its ``prompt`` accepts only strings, tokenized with special
+  tokens on. chatfmt sends the prompt as text *only if* that text re-tokenizes to exactly the
+  rendered ids (checked locally, control tokens split out as the server does); a prompt
+  containing control-token text, which the server would misread, is refused with an
+  :class:`EngineError` instead. Same sampling overrides as llama.cpp.
+- **anything else**: ``prompt`` = the token ids and only standard fields; if the server
+  rejects that with 400/422, the text fallback above is used.
+
+Stop strings are sent as ``stop``. When a server returns no token ids, the returned text is
+split into control tokens and text and re-encoded with the engine's tokenizer, so ids (and
+``completion_tokens``) are then the tokenizer's reading of the text, not necessarily the ids
+the model sampled. Connection failures before any token arrives are retried with exponential
+backoff; 502/503/504 answers too. A stream that breaks after tokens have arrived is never
+retried (the tokens were delivered): it raises :class:`EngineError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any, Literal
+
+from .._imports import require
+from ..dialects.base import ControlSplitter
+from ..errors import EngineError
+from ..segments import Control
+from ..tokenizers.base import Piece, Tokenizer
+from .base import Engine, EngineUnavailableError, GenerationChunk, SamplingParams
+
+Flavor = Literal["vllm", "llama.cpp", "llama-cpp-python", "openai"]
+PromptMode = Literal["ids", "text"]
+
+DEFAULT_CONTEXT_LENGTH = 4096
+_RETRY_STATUS = frozenset({502, 503, 504})
+
+
+class RemoteHTTPError(EngineError):
+    """The remote server answered with an HTTP error status."""
+
+    def __init__(self, message: str, *, status_code: int) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class RemoteEngine(Engine):
+    """A remote ``/v1/completions`` server, given token-id prompts.
+
+    ``tokenizer`` must be the served model's vocabulary. ``context_length`` defaults to what
+    the server reports (vLLM ``max_model_len``, llama.cpp ``/props``), else 4096; call
+    :meth:`connect` once to detect it. ``timeout`` bounds the wait for each streamed chunk;
+    ``retries`` is the number of extra attempts when the server cannot be reached.
+    ``flavor`` skips detection (``"vllm"``, ``"llama.cpp"``, ``"llama-cpp-python"`` or
+    ``"openai"``); ``transport`` is an ``httpx`` transport (tests use ``MockTransport``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        tokenizer: Tokenizer,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        connect_timeout: float = 5.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+        context_length: int | None = None,
+        flavor: Flavor | None = None,
+        transport: Any = None,
+    ) -> None:
+        self._httpx = require("httpx", extra="server")
+        url = base_url.rstrip("/")
+        self.base_url = url.removesuffix("/v1")
+        self.name = f"remote:{self.base_url}"
+        self.model = model
+        self._tokenizer = tokenizer
+        self._api_key = api_key
+        self._timeout = self._httpx.Timeout(timeout, connect=connect_timeout)
+        self._retries = max(0, retries)
+        self._backoff = backoff
+        self._context_length = context_length
+        self._flavor: Flavor | None = flavor
+        self._detected = flavor is not None and (context_length is not None or flavor == "openai")
+        self._prompt_mode: PromptMode = "text" if flavor == "llama-cpp-python" else "ids"
+        self._clients: dict[int, Any] = {}
+        self._transport = transport  # an httpx transport, for tests
+        self._controls = list(tokenizer.controls)
+
+    # ==== Properties ====
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length or DEFAULT_CONTEXT_LENGTH
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    @property
+    def flavor(self) -> Flavor | None:
+        """The detected server kind (``None`` until :meth:`connect` or the first request)."""
+        return self._flavor
+
+    # ==== Connection ====
+
+    def _client(self) -> Any:
+        # httpx connection pools belong to one event loop; keep one client per loop.
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(id(loop))
+        if client is None or client.is_closed:
+            client = self._httpx.AsyncClient(timeout=self._timeout, transport=self._transport)
+            self._clients[id(loop)] = client
+        return client
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    async def connect(self) -> None:
+        """Detect the server kind, model name and context length (retrying while it starts).
+
+        Raises :class:`EngineUnavailableError` if the server cannot be reached.
+        """
+        data = await self._get_json("/v1/models", retry=True)
+        self._detect(data)
+        if self._flavor == "llama.cpp" and self._context_length is None:
+            try:
+                props = await self._get_json("/props", retry=False)
+                n_ctx = props.get("default_generation_settings", {}).get("n_ctx")
+                if isinstance(n_ctx, int) and n_ctx > 0:
+                    self._context_length = n_ctx
+            except EngineError:
+                pass  # /props is optional; keep the default
+        self._detected = True
+
+    def _detect(self, data: Any) -> None:
+        cards = data.get("data") if isinstance(data, dict) else None
+        card = cards[0] if isinstance(cards, list) and cards and isinstance(cards[0], dict) else {}
+        if self.model is None and isinstance(card.get("id"), str):
+            self.model = card["id"]
+        if self._flavor is None:
+            owner = str(card.get("owned_by", "")).lower()
+            self._flavor = (
+                "vllm"
+                if owner == "vllm"
+                else "llama.cpp"
+                if owner == "llamacpp"
+                else "llama-cpp-python"
+                if owner == "me"
+                else "openai"
+            )
+            if self._flavor == "llama-cpp-python":
+                self._prompt_mode = "text"
+        max_len = card.get("max_model_len")
+        if self._context_length is None and isinstance(max_len, int) and max_len > 0:
+            self._context_length = max_len
+
+    async def _get_json(self, path: str, *, retry: bool) -> Any:
+        httpx = self._httpx
+        url = self.base_url + path
+        last: Exception | None = None
+        for attempt in range(self._retries + 1 if retry else 1):
+            try:
+                resp = await self._client().get(url, headers=self._headers())
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                last = exc
+                await asyncio.sleep(self._backoff * 2**attempt)
+                continue
+            if resp.status_code >= 400:
+                raise EngineError(f"GET {url} answered {resp.status_code}: {resp.text[:200]}")
+            try:
+                return resp.json()
+            except ValueError:
+                raise EngineError(f"GET {url} did not answer JSON") from None
+        raise EngineUnavailableError(
+            f"cannot reach the engine at {self.base_url} ({_describe(last)}); "
+            "is the server running and the URL right?"
+        )
+
+    async def health(self) -> bool:
+        try:
+            await self._get_json("/v1/models", retry=False)
+        except EngineError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+    # ==== Requests ====
+
+    def _body(self, prompt: list[int], params: SamplingParams, budget: int) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model or "default",
+            "max_tokens": budget,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "stream": True,
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop_strings:
+            body["stop"] = list(params.stop_strings)
+        if self._prompt_mode == "text":
+            body["prompt"] = self._prompt_text(prompt)
+        else:
+            body["prompt"] = prompt
+        if self._flavor == "vllm":
+            body["stop_token_ids"] = list(params.stop_ids)
+            body["skip_special_tokens"] = False
+            body["spaces_between_special_tokens"] = False
+            body["return_token_ids"] = True
+        elif self._flavor in ("llama.cpp", "llama-cpp-python"):
+            # Their defaults add top-k 40, min-p 0.05 and a repeat penalty; OpenAI has none.
+            body.update(top_k=0, min_p=0.0, repeat_penalty=1.0)
+            if self._flavor == "llama.cpp":
+                body["return_tokens"] = True
+                body["cache_prompt"] = True
+        return body
+
+    def _prompt_text(self, prompt: list[int]) -> str:
+        """The prompt as text with control tokens written out, if that text re-tokenizes (as a
+        server tokenizing with special tokens on would) to exactly ``prompt``."""
+        tok = self._tokenizer
+        text = tok.decode(prompt)
+        splitter = ControlSplitter(self._controls)
+        again: list[int] = []
+        for piece in [*splitter.feed(text), *splitter.flush()]:
+            if isinstance(piece, Control):
+                again.append(tok.control_id(piece.token))
+            else:
+                again.extend(tok.encode_text(piece))
+        if again != prompt:
+            raise EngineError(
+                f"the engine at {self.base_url} accepts only text prompts, and this prompt "
+                "cannot be sent as text without changing its tokens (it contains text that "
+                "the server would read as control tokens, such as '<|im_start|>' typed in a "
+                "message); serve the model with a server that accepts token-id prompts "
+                "(llama.cpp's llama-server or vLLM)"
+            )
+        return text
+
+    async def _open(self, body: dict[str, Any]) -> Any:
+        """POST the request and return the streaming response, retrying while unreachable."""
+        httpx = self._httpx
+        url = self.base_url + "/v1/completions"
+        last: Exception | None = None
+        for attempt in range(self._retries + 1):
+            if attempt:
+                await asyncio.sleep(self._backoff * 2 ** (attempt - 1))
+            client = self._client()
+            try:
+                request = client.build_request("POST", url, json=body, headers=self._headers())
+                resp = await client.send(request, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+                last = exc  # nothing was generated yet: safe to retry
+                continue
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                raise EngineError(f"request to {url} failed: {_describe(exc)}") from None
+            if resp.status_code < 400:
+                return resp
+            detail = (await resp.aread()).decode("utf-8", "replace")[:500]
+            await resp.aclose()
+            if resp.status_code in _RETRY_STATUS:
+                last = EngineError(f"HTTP {resp.status_code}: {detail}")
+                continue
+            raise RemoteHTTPError(
+                f"the engine at {url} answered {resp.status_code}: {detail}",
+                status_code=resp.status_code,
+            )
+        raise EngineUnavailableError(
+            f"cannot reach the engine at {self.base_url} after {self._retries + 1} attempts "
+            f"({_describe(last)}); is the server running and the URL right?"
+        )
+
+    async def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise EngineError("the prompt is empty; render at least one message")
+        budget = min(params.max_tokens, self.context_length - len(prompt))
+        if budget < 1:
+            self.check_fits(len(prompt), params.max_tokens)
+        if not self._detected:
+            try:
+                await self.connect()
+            except EngineUnavailableError:
+                raise
+            except EngineError:
+                self._detected = True  # no /v1/models: a plain OpenAI-compatible server
+                self._flavor = self._flavor or "openai"
+        try:
+            resp = await self._open(self._body(prompt, params, budget))
+        except RemoteHTTPError as exc:
+            if exc.status_code not in (400, 422) or self._prompt_mode == "text":
+                raise
+            # The server rejected a token-id prompt: fall back to a verified text prompt.
+            self._prompt_mode = "text"
+            resp = await self._open(self._body(prompt, params, budget))
+        async for chunk in self._read(resp):
+            yield chunk
+
+    async def _read(self, resp: Any) -> AsyncGenerator[GenerationChunk, None]:
+        httpx = self._httpx
+        splitter = ControlSplitter(self._controls)
+        finished = False
+        try:
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue  # blank separators, ": ping" comments, event names
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                try:
+                    data = json.loads(payload)
+                except ValueError:
+                    raise EngineError(
+                        f"the engine sent a malformed event: {payload[:200]}"
+                    ) from None
+                if not isinstance(data, dict):
+                    continue
+                if "error" in data:
+                    raise EngineError(f"the engine reported an error: {_error_text(data['error'])}")
+                chunk = self._chunk(data, splitter)
+                if chunk is not None:
+                    finished = finished or chunk.finish_reason is not None
+                    yield chunk
+        except (httpx.TransportError, httpx.TimeoutException) as exc:
+            raise EngineError(
+                f"the connection to the engine at {self.base_url} broke mid-stream "
+                f"({_describe(exc)})"
+            ) from None
+        finally:
+            await resp.aclose()
+        if not finished:
+            raise EngineError(
+                f"the engine at {self.base_url} ended the stream without a finish reason"
+            )
+
+    def _chunk(self, data: dict[str, Any], splitter: ControlSplitter) -> GenerationChunk | None:
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return None
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            return None
+        text = choice.get("text") or ""
+        reason = choice.get("finish_reason")
+        finish: Literal["stop", "length"] | None = None
+        if reason is not None:
+            finish = "length" if reason == "length" else "stop"
+        ids = _token_ids(data, choice)
+        if ids is None:
+            pieces: list[Piece] = splitter.feed(text) if text else []
+            if finish is not None:
+                pieces.extend(splitter.flush())
+            ids = self._encode_pieces(pieces)
+        if not ids and not text and finish is None:
+            return None
+        return GenerationChunk(tuple(ids), text or None, finish)
+
+    def _encode_pieces(self, pieces: list[Piece]) -> list[int]:
+        tok = self._tokenizer
+        ids: list[int] = []
+        for piece in pieces:
+            if isinstance(piece, Control):
+                ids.append(tok.control_id(piece.token))
+            elif piece:
+                ids.extend(tok.encode_text(piece))
+        return ids
+
+
+def _token_ids(data: dict[str, Any], choice: dict[str, Any]) -> list[int] | None:
+    """Token ids a server put in a chunk, in any of the shapes servers use."""
+    for source in (choice.get("token_ids"), choice.get("tokens"), data.get("tokens")):
+        if isinstance(source, list) and all(isinstance(t, int) for t in source):
+            return list(source)
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict):
+        tokens = logprobs.get("tokens")
+        if (
+            isinstance(tokens, list)
+            and tokens
+            and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens)
+        ):
+            return [int(t.removeprefix("token_id:")) for t in tokens]
+    return None
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    return str(error)
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "no attempt was made"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

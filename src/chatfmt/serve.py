@@ -1,0 +1,140 @@
+"""``chatfmt serve``: build the engine, dialect and app, and run uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from ._imports import require
+from .dialects import get_dialect
+from .dialects.base import Dialect
+from .errors import ChatFmtError
+from .models import DEFAULT_MODEL_NAME, resolve_model
+
+if TYPE_CHECKING:
+    from .engines.base import Engine
+
+EngineKind = Literal["local", "remote"]
+
+
+def build_engine(
+    model: str = "default",
+    *,
+    engine: EngineKind = "local",
+    engine_url: str | None = None,
+    tokenizer: str | None = None,
+    api_key_remote: str | None = None,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+) -> Engine:
+    """The engine ``chatfmt serve`` would run (the model is loaded for ``local``).
+
+    For ``remote``, ``tokenizer`` names the served model's vocabulary (a name or path for
+    :func:`~chatfmt.tokenizers.load_tokenizer`); by default ``qwen2.5`` for the default model,
+    else ``model`` itself (a ``.gguf``, ``tokenizer.json`` or model directory).
+    """
+    if engine == "local":
+        from .engines.local import LocalEngine
+
+        return LocalEngine(resolve_model(model), n_ctx=n_ctx, n_threads=n_threads)
+    if engine == "remote":
+        if not engine_url:
+            raise ChatFmtError("--engine remote needs --engine-url URL (the server's base URL)")
+        from .engines.remote import RemoteEngine
+        from .tokenizers import load_tokenizer
+
+        name = tokenizer or ("qwen2.5" if model == "default" else model)
+        return RemoteEngine(
+            engine_url,
+            tokenizer=load_tokenizer(name),
+            api_key=api_key_remote,
+            context_length=n_ctx,
+        )
+    raise ChatFmtError(f"unknown engine {engine!r}; use 'local' or 'remote'")
+
+
+def default_dialect(model: str) -> Dialect:
+    """qwen2.5 for the embedded default model, plain ChatML otherwise."""
+    return get_dialect("qwen2.5" if model == "default" else "chatml")
+
+
+def model_name(model: str) -> str:
+    """The model id the server reports: the default model's name or the file's stem."""
+    return DEFAULT_MODEL_NAME if model == "default" else Path(model).stem
+
+
+def run_server(
+    model: str = "default",
+    dialect: str | None = None,
+    engine: EngineKind = "local",
+    engine_url: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    *,
+    tokenizer: str | None = None,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    log_level: str = "warning",
+    out: TextIO | None = None,
+    configure: Callable[[Any, Engine, Dialect], None] | None = None,
+) -> None:
+    """Serve ``model`` over HTTP until interrupted; prints the URL once it is accepting.
+
+    Returns after Ctrl+C (SIGINT) once in-flight requests are done; SIGTERM ends the process
+    the same way and then exits with the signal's status, as uvicorn does.
+
+    Raises :class:`~chatfmt.errors.ChatFmtError` (or ``MissingDependencyError``) with a
+    message naming the fix when the model, engine or extras are missing.
+    """
+    uvicorn = require("uvicorn", extra="server")
+    require("fastapi", extra="server")
+    from .server import create_app
+
+    stream = out or sys.stdout
+    chosen = get_dialect(dialect) if dialect else default_dialect(model)
+    eng = build_engine(
+        model,
+        engine=engine,
+        engine_url=engine_url,
+        tokenizer=tokenizer,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+    )
+    name = model_name(model)
+
+    async def main() -> None:
+        connect = getattr(eng, "connect", None)
+        if connect is not None:
+            await connect()  # remote: detect the server kind and its context length
+        app = create_app(eng, chosen, model_name=name, api_key=api_key)
+        if configure is not None:
+            configure(app, eng, chosen)
+        config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
+            shown = f"[{host}]" if ":" in host else host
+            print(
+                f"chatfmt: serving {name} ({chosen.name}, {eng.name}) at http://{shown}:{bound}/v1",
+                file=stream,
+                flush=True,
+            )
+            if configure is not None:
+                print(f"chatfmt: web chat at http://{shown}:{bound}/", file=stream, flush=True)
+        try:
+            await task
+        finally:
+            await eng.aclose()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        # uvicorn shut down gracefully and re-raised Ctrl+C: a normal way to stop serving.
+        pass

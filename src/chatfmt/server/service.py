@@ -1,0 +1,511 @@
+"""The chat-completions logic behind the HTTP routes, free of web-framework types.
+
+A request goes: OpenAI body → messages and tools → ``dialect.render`` (exact prompt ids, in a
+worker thread) → context check → ``engine.stream`` → ids → tokenizer pieces → stop strings →
+``dialect.stream_parser()`` events → OpenAI deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+
+from ..dialects.base import Dialect
+from ..engines.base import Engine, EngineUnavailableError, GenerationChunk, SamplingParams
+from ..errors import ChatFmtError, EngineError, ValidationError
+from ..events import Event, Finish, TextDelta, ToolCallDelta, ToolCallStart
+from ..messages import Conversation, Tool, from_openai
+from ..segments import BlockEncoder, Control
+from ..tokenizers.base import Piece, Tokenizer
+from .schemas import ChatCompletionRequest
+
+#: Requests with less message text than this are rendered on the event loop: a thread hop
+#: costs more than encoding a few thousand characters (tens of microseconds).
+INLINE_RENDER_CHARS = 8192
+
+
+class _RenderBusy(Exception):
+    """The shared encoder is in use by a worker thread; render there instead."""
+
+
+def _text_size(req: ChatCompletionRequest) -> int:
+    size = 16 * len(req.messages)  # per-message work: validation, headers
+    for m in req.messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            size += len(content)
+        elif content is not None:
+            size += len(str(content))
+        size += 32 * len(m.get("tool_calls") or ())
+    return size + 512 * len(req.tools or ())
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape: ``{"error": {message, type, param, code}}``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def engine_api_error(exc: EngineError) -> ApiError:
+    """503 when the engine cannot be reached (retry later), 502 when it failed."""
+    if isinstance(exc, EngineUnavailableError):
+        return ApiError(503, str(exc), type="engine_unavailable", code="engine_unavailable")
+    return ApiError(502, str(exc), type="engine_error", code="engine_error")
+
+
+class StopMatcher:
+    """Finds OpenAI ``stop`` sequences in streamed text.
+
+    Text that could be the start of a stop sequence is held back until decided, so a stop
+    sequence split across tokens is still found and never shown.
+    """
+
+    def __init__(self, stops: Iterable[str]) -> None:
+        self._stops = tuple(s for s in stops if s)
+        self._buf = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """``(text safe to emit, whether a stop sequence was hit)``."""
+        buf = self._buf + text
+        hits = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
+        if hits:
+            self._buf = ""
+            return buf[: min(hits)], True
+        hold = 0
+        for s in self._stops:
+            for k in range(min(len(s) - 1, len(buf)), hold, -1):
+                if buf.endswith(s[:k]):
+                    hold = k
+                    break
+        self._buf = buf[len(buf) - hold :]
+        return buf[: len(buf) - hold], False
+
+    def flush(self) -> str:
+        rest, self._buf = self._buf, ""
+        return rest
+
+
+class TurnDecoder:
+    """Generated ids → parser events, for one assistant turn.
+
+    A stop id ends the turn without reaching the parser (as in :meth:`Dialect.parse`); a stop
+    string ends it at the text before the match. :attr:`done` is set once :class:`Finish` has
+    been produced.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        dialect: Dialect,
+        stop_ids: frozenset[int],
+        stop_strings: Iterable[str] = (),
+    ) -> None:
+        self._decoder = tokenizer.decoder()
+        self.parser = dialect.stream_parser()
+        self._stop_ids = stop_ids
+        stops = tuple(stop_strings)
+        self._matcher = StopMatcher(stops) if stops else None
+        self.done = False
+
+    def feed(self, token_id: int) -> list[Event]:
+        if self.done:
+            return []
+        if token_id in self._stop_ids:
+            return self.finish("stop")
+        return self._pieces(self._decoder.feed(token_id))
+
+    def _pieces(self, pieces: list[Piece]) -> list[Event]:
+        events: list[Event] = []
+        matcher = self._matcher
+        for piece in pieces:
+            if matcher is None:
+                events.extend(self.parser.feed(piece))
+            elif isinstance(piece, Control):
+                # A control token breaks any partial stop sequence: release the held text.
+                held = matcher.flush()
+                if held:
+                    events.extend(self.parser.feed(held))
+                events.extend(self.parser.feed(piece))
+            else:
+                text, hit = matcher.feed(piece)
+                if text:
+                    events.extend(self.parser.feed(text))
+                if hit:
+                    self._matcher = None
+                    events.extend(self._finish_parser("stop"))
+                    return events
+        return events
+
+    def finish(self, reason: Literal["stop", "length"]) -> list[Event]:
+        """End of generation: flush what is buffered and finish the parse."""
+        if self.done:
+            return []
+        events = self._pieces(self._decoder.flush())
+        if self.done:
+            return events
+        if self._matcher is not None:
+            held = self._matcher.flush()
+            if held:
+                events.extend(self.parser.feed(held))
+        events.extend(self._finish_parser(reason))
+        return events
+
+    def _finish_parser(self, reason: Literal["stop", "length"]) -> list[Event]:
+        self.done = True
+        return self.parser.finish(reason)
+
+
+@dataclass
+class Prepared:
+    """A validated, rendered request, ready for the engine."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    stop_strings: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+
+
+def _deltas(events: list[Event]) -> list[tuple[dict[str, Any], str | None]]:
+    """OpenAI ``(delta, finish_reason)`` pairs for parser events; adjacent text is merged."""
+    out: list[tuple[dict[str, Any], str | None]] = []
+    text: list[str] = []
+
+    def flush_text() -> None:
+        if text:
+            joined = "".join(text)
+            text.clear()
+            if joined:
+                out.append(({"content": joined}, None))
+
+    for ev in events:
+        if isinstance(ev, TextDelta):
+            text.append(ev.text)
+            continue
+        flush_text()
+        if isinstance(ev, ToolCallStart):
+            call = {
+                "index": ev.index,
+                "id": ev.id,
+                "type": "function",
+                "function": {"name": ev.name, "arguments": ""},
+            }
+            out.append(({"tool_calls": [call]}, None))
+        elif isinstance(ev, ToolCallDelta):
+            if ev.arguments:
+                frag = {"index": ev.index, "function": {"arguments": ev.arguments}}
+                out.append(({"tool_calls": [frag]}, None))
+        elif isinstance(ev, Finish):
+            out.append(({}, ev.reason))
+    flush_text()
+    return out
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+class ChatService:
+    """Serves chat completions for one engine and one dialect."""
+
+    def __init__(self, engine: Engine, dialect: Dialect, *, model_name: str) -> None:
+        self.engine = engine
+        self.dialect = dialect
+        self.model_name = model_name
+        self.tokenizer = engine.tokenizer
+        self.stop_ids = frozenset(dialect.stop_ids(self.tokenizer))
+        # One encoder for all requests: a chat that grows by a turn re-encodes only that turn.
+        # Its cache is a plain dict, so renders (in worker threads) take turns.
+        self._encoder = BlockEncoder(self.tokenizer)
+        self._render_lock = threading.Lock()
+
+    # ==== Request → prompt ====
+
+    async def prepare_async(self, req: ChatCompletionRequest) -> Prepared:
+        """:meth:`prepare` without blocking the event loop on a long conversation."""
+        if _text_size(req) <= INLINE_RENDER_CHARS:
+            try:
+                return self.prepare(req, inline=True)
+            except _RenderBusy:
+                pass
+        # Rendering a long conversation is CPU work: keep it off the event loop.
+        return await asyncio.to_thread(self.prepare, req)
+
+    def prepare(self, req: ChatCompletionRequest, *, inline: bool = False) -> Prepared:
+        """Validate and render a request (blocking; ``inline`` never waits for the encoder)."""
+        if req.n is not None and req.n != 1:
+            raise ApiError(
+                400,
+                f"n={req.n} is not supported: chatfmt generates one choice per request; "
+                "send n=1 (or omit it) and make several requests",
+                param="n",
+            )
+        if not req.messages:
+            raise ApiError(400, "'messages' is empty; send at least one message", param="messages")
+        try:
+            messages = from_openai(req.messages)
+        except ValidationError as exc:
+            raise ApiError(400, str(exc), param="messages") from None
+        tools = self._select_tools(req)
+        try:
+            conv = Conversation(messages=tuple(messages), tools=tuple(tools))
+            if not self._render_lock.acquire(blocking=not inline):
+                raise _RenderBusy
+            try:
+                rendered = self.dialect.render(conv, self.tokenizer, encoder=self._encoder)
+            finally:
+                self._render_lock.release()
+        except ValidationError as exc:
+            raise ApiError(400, str(exc), param="messages") from None
+        except (ChatFmtError, ValueError) as exc:
+            raise ApiError(400, str(exc)) from None
+        ids = rendered.ids
+        n_prompt = len(ids)
+        context = self.engine.context_length
+        requested = req.requested_max_tokens
+        room = context - n_prompt
+        if requested is None:
+            if room < 1:
+                raise ApiError(
+                    400,
+                    f"the prompt has {n_prompt} tokens, which fills the model's context length "
+                    f"of {context} tokens; shorten the conversation",
+                    param="messages",
+                    code="context_length_exceeded",
+                )
+            max_tokens = room
+        elif n_prompt + requested > context:
+            raise ApiError(
+                400,
+                f"the model's context length is {context} tokens, but the prompt has {n_prompt} "
+                f"tokens and max_tokens is {requested} ({n_prompt + requested} in total); lower "
+                f"max_tokens to at most {max(room, 0)} or shorten the conversation",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        else:
+            max_tokens = requested
+        stops = tuple(req.stop_list)
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            seed=req.seed,
+            stop_ids=tuple(sorted(self.stop_ids)),
+            stop_strings=(*self.dialect.stop_strings(), *stops),
+        )
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return Prepared(ids, params, stops, req.stream, include_usage)
+
+    def _select_tools(self, req: ChatCompletionRequest) -> list[Tool]:
+        defs = req.tools or []
+        choice = req.tool_choice
+        if choice == "none" or not defs:
+            # "none": the model must not call tools, so it is not shown any.
+            return []
+        tools = [Tool(definition=d) for d in defs]
+        if choice is None or isinstance(choice, str):
+            return tools  # "auto" and "required" show every tool; the model decides
+        named = [t for t in tools if t.name == choice.function.name]
+        if not named:
+            raise ApiError(
+                400,
+                f"tool_choice names {choice.function.name!r}, which is not in 'tools' "
+                f"(tools: {', '.join(t.name for t in tools)})",
+                param="tool_choice",
+            )
+        return named
+
+    def render_info(self, req: ChatCompletionRequest) -> dict[str, Any]:
+        """The prompt a request renders to (for ``/tokenize``), without generating."""
+        prep = self.prepare(req)
+        return {
+            "count": len(prep.prompt_ids),
+            "tokens": prep.prompt_ids,
+            "max_model_len": self.engine.context_length,
+            "text": self.tokenizer.decode(prep.prompt_ids),
+        }
+
+    # ==== Generation ====
+
+    def new_id(self) -> str:
+        return "chatcmpl-" + secrets.token_hex(12)
+
+    async def complete(self, prep: Prepared) -> dict[str, Any]:
+        """A whole ``chat.completion`` response body."""
+        turn = TurnDecoder(self.tokenizer, self.dialect, self.stop_ids, prep.stop_strings)
+        n_completion = 0
+        finish = "stop"
+        stream = self.engine.stream(prep.prompt_ids, prep.params)
+        try:
+            async for chunk in stream:
+                n_completion += len(chunk.token_ids)
+                events = self._events(turn, chunk)
+                for ev in events:
+                    if isinstance(ev, Finish):
+                        finish = ev.reason
+                if turn.done:
+                    break
+            if not turn.done:
+                for ev in turn.finish("stop"):
+                    if isinstance(ev, Finish):
+                        finish = ev.reason
+        finally:
+            await stream.aclose()
+        result = turn.parser.result()
+        message: dict[str, Any] = {"role": "assistant", "content": result.content}
+        calls = result.tool_calls
+        if calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in calls
+            ]
+        elif message["content"] is None:
+            message["content"] = ""
+        n_prompt = len(prep.prompt_ids)
+        return {
+            "id": self.new_id(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+            ],
+            "usage": {
+                "prompt_tokens": n_prompt,
+                "completion_tokens": n_completion,
+                "total_tokens": n_prompt + n_completion,
+            },
+        }
+
+    @staticmethod
+    def _events(turn: TurnDecoder, chunk: GenerationChunk) -> list[Event]:
+        events: list[Event] = []
+        for token in chunk.token_ids:
+            events.extend(turn.feed(token))
+            if turn.done:
+                return events
+        if chunk.finish_reason is not None:
+            events.extend(turn.finish(chunk.finish_reason))
+        return events
+
+    async def open_stream(
+        self, prep: Prepared
+    ) -> tuple[AsyncGenerator[GenerationChunk, None], GenerationChunk | None]:
+        """Start generating and wait for the first chunk, so that an engine that is down
+        answers with an HTTP error instead of a broken stream."""
+        stream = self.engine.stream(prep.prompt_ids, prep.params)
+        try:
+            first = await stream.__anext__()
+        except StopAsyncIteration:
+            return stream, None
+        except BaseException:
+            await stream.aclose()
+            raise
+        return stream, first
+
+    async def sse(
+        self,
+        prep: Prepared,
+        stream: AsyncGenerator[GenerationChunk, None],
+        first: GenerationChunk | None,
+    ) -> AsyncIterator[bytes]:
+        """The ``text/event-stream`` body: chunks, the usage chunk if asked, ``[DONE]``."""
+        cid = self.new_id()
+        created = int(time.time())
+        model = self.model_name
+        usage_field = prep.include_usage
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+            obj: dict[str, Any] = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+                ],
+            }
+            if usage_field:
+                obj["usage"] = None
+            return _sse(obj)
+
+        turn = TurnDecoder(self.tokenizer, self.dialect, self.stop_ids, prep.stop_strings)
+        n_completion = 0
+        try:
+            yield chunk({"role": "assistant", "content": ""}, None)
+            pending = first
+            while not turn.done:
+                if pending is None:
+                    try:
+                        pending = await stream.__anext__()
+                    except StopAsyncIteration:
+                        for delta, fin in _deltas(turn.finish("stop")):
+                            yield chunk(delta, fin)
+                        break
+                n_completion += len(pending.token_ids)
+                for delta, fin in _deltas(self._events(turn, pending)):
+                    yield chunk(delta, fin)
+                pending = None
+        except EngineError as exc:
+            # Headers are sent: report in-band, as OpenAI does, and end without [DONE].
+            yield _sse(engine_api_error(exc).body())
+            return
+        finally:
+            # A client that disconnects cancels this generator through an anyio cancel scope,
+            # which would cancel the close too; shield it so the engine always stops.
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+        if prep.include_usage:
+            n_prompt = len(prep.prompt_ids)
+            yield _sse(
+                {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": n_prompt,
+                        "completion_tokens": n_completion,
+                        "total_tokens": n_prompt + n_completion,
+                    },
+                }
+            )
+        yield b"data: [DONE]\n\n"

@@ -1,0 +1,204 @@
+"""The vocabulary of a GGUF model, run by llama.cpp itself (via llama-cpp-python).
+
+Given a path, only the vocabulary is loaded (``vocab_only``: no weights, a fraction of a
+second). Given a loaded ``llama_cpp.Llama``, its vocabulary is shared, so the server's engine
+and tokenizer can never disagree.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import unicodedata
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .._imports import require
+from ..errors import TokenizerError
+from .base import Tokenizer
+
+# llama.cpp token attributes (llama.h, enum llama_token_attr).
+_ATTR_UNUSED = 1 << 1
+_ATTR_NORMAL = 1 << 2
+_ATTR_CONTROL = 1 << 3
+_ATTR_USER_DEFINED = 1 << 4
+
+#: GGUF pre-tokenizer names whose reference (Hugging Face) tokenizer NFC-normalises its input.
+_NFC_PRE = frozenset({"qwen2"})
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def _llama_cpp() -> Any:
+    global _backend_ready
+    llama_cpp = require("llama_cpp", extra="local")
+    with _backend_lock:
+        if not _backend_ready:
+            log = logging.getLogger("llama-cpp-python")
+            if log.level == logging.NOTSET:
+                # llama.cpp logs every load to stderr, and llama-cpp-python maps its warnings to
+                # ERROR; failures reach the caller as exceptions, so keep the log quiet.
+                log.setLevel(logging.CRITICAL)
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+    return llama_cpp
+
+
+class GGUFTokenizer(Tokenizer):
+    """Tokens of a GGUF model, encoded and decoded by llama.cpp.
+
+    Control tokens are the tokens llama.cpp types *control* or *user-defined* (Qwen2.5:
+    ``<|im_start|>`` 151644, ``<tool_call>`` 151657, ...), except tokens that are also typed
+    *normal*: llama.cpp marks some ordinary vocabulary entries such as ``</s>`` as end-of-
+    generation on its own, and they stay text here as in the reference tokenizer. Text is
+    encoded with special-token parsing off and no BOS; for vocabularies whose reference
+    tokenizer NFC-normalises (Qwen2), the text is normalised first, as the reference does.
+    """
+
+    def __init__(self, source: str | Path | Any) -> None:
+        llama_cpp = _llama_cpp()
+        self._llama_cpp = llama_cpp
+        self._owner: Any = None
+        if isinstance(source, str | Path):
+            path = Path(source).expanduser()
+            self.name = str(path)
+            if not path.is_file():
+                raise TokenizerError(f"GGUF file {str(path)!r} not found")
+            params = llama_cpp.llama_model_default_params()
+            params.vocab_only = True
+            model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+            if not model:
+                raise TokenizerError(
+                    f"llama.cpp cannot read the vocabulary of {str(path)!r}; is it a GGUF model?"
+                )
+            self._model = model
+            self._finalizer = weakref.finalize(self, llama_cpp.llama_model_free, model)
+        else:
+            # A loaded llama_cpp.Llama: share its model; keep it alive as long as we are.
+            self._owner = source
+            self._model = source.model
+            self.name = str(getattr(source, "model_path", "gguf"))
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        pre = self.metadata("tokenizer.ggml.pre")
+        self._nfc = pre in _NFC_PRE
+        controls: dict[str, int] = {}
+        user_defined: list[str] = []
+        unused: set[int] = set()
+        for i in range(self._n_vocab):
+            attr = int(llama_cpp.llama_vocab_get_attr(self._vocab, i))
+            if attr & (_ATTR_CONTROL | _ATTR_USER_DEFINED) and not attr & _ATTR_NORMAL:
+                token = self._piece(i, special=True).decode("utf-8", "replace")
+                controls[token] = i
+                if attr & _ATTR_USER_DEFINED and len(token) > 1:
+                    user_defined.append(token)
+            elif attr & _ATTR_UNUSED:
+                unused.add(i)
+        self._controls = controls
+        self._user_defined = tuple(user_defined)
+        self._unused = unused
+        self._bytes: list[bytes | None] = [None] * self._n_vocab
+
+    # ==== llama.cpp calls ====
+
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as a string (``None`` when absent or not a scalar)."""
+        buf = ctypes.create_string_buffer(256)
+        n = int(self._llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, 256))
+        if n < 0:
+            return None
+        if n >= 256:
+            buf = ctypes.create_string_buffer(n + 1)
+            self._llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, n + 1)
+        return buf.value.decode("utf-8", "replace")
+
+    def _piece(self, token_id: int, *, special: bool) -> bytes:
+        size = 64
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = int(
+                self._llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, size, 0, special)
+            )
+            if n >= 0:
+                return buf.raw[:n]
+            size = -n  # a negative result is the size the piece needs
+
+    # ==== Tokenizer ====
+
+    @property
+    def controls(self) -> Mapping[str, int]:
+        return self._controls
+
+    @property
+    def vocab_size(self) -> int:
+        return self._n_vocab
+
+    @property
+    def n_ctx_train(self) -> int:
+        """The context length the model was trained with (0 for a vocabulary-only load)."""
+        return int(self._llama_cpp.llama_model_n_ctx_train(self._model))
+
+    def encode_text(self, text: str) -> list[int]:
+        if not text:
+            return []
+        if self._nfc:
+            text = unicodedata.normalize("NFC", text)
+        if self._user_defined and any(t in text for t in self._user_defined):
+            return [i for part in self._split_user_defined(text) for i in self._encode(part)]
+        return self._encode(text)
+
+    def _split_user_defined(self, text: str) -> list[str]:
+        """Cut every occurrence of a user-defined token string before its last character.
+
+        llama.cpp matches user-defined tokens (``<tool_call>``) in text even with special
+        parsing off, which would let text produce a control id. A cut before the final ``>``
+        falls on a pre-tokenizer boundary (letters never join a following punctuation mark in
+        the GPT-2 family of split patterns), so encoding the parts separately yields exactly
+        the ids of encoding the text as plain text.
+        """
+        cuts: set[int] = set()
+        for token in self._user_defined:
+            start = text.find(token)
+            while start >= 0:
+                cuts.add(start + len(token) - 1)
+                start = text.find(token, start + 1)
+        parts: list[str] = []
+        prev = 0
+        for cut in sorted(cuts):
+            parts.append(text[prev:cut])
+            prev = cut
+        parts.append(text[prev:])
+        return parts
+
+    def _encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        data = text.encode("utf-8")
+        # Every token covers at least one byte, so len(data) slots always suffice.
+        capacity = len(data) + 1
+        tokens = (self._llama_cpp.llama_token * capacity)()
+        n = int(
+            self._llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), tokens, capacity, False, False
+            )
+        )
+        if n < 0:
+            raise TokenizerError(f"llama.cpp failed to tokenize {len(data)} bytes of text")
+        return list(tokens[:n])
+
+    def token_bytes(self, token_id: int) -> bytes:
+        if not 0 <= token_id < self._n_vocab:
+            return b""
+        cached = self._bytes[token_id]
+        if cached is None:
+            if token_id in self._unused or self.control_name(token_id) is not None:
+                cached = b""
+            else:
+                # special=True renders tokens llama.cpp retyped as control (``</s>``) as text.
+                cached = self._piece(token_id, special=True)
+            self._bytes[token_id] = cached
+        return cached

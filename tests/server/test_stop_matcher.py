@@ -1,0 +1,45 @@
+"""StopMatcher: streamed stop sequences behave exactly like searching the whole text."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chatfmt.server.service import StopMatcher
+
+alphabet = st.sampled_from("abAB \n<|>")
+
+
+def reference(text: str, stops: list[str]) -> tuple[str, bool]:
+    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return (text[: min(hits)], True) if hits else (text, False)
+
+
+@given(
+    text=st.text(alphabet, max_size=40),
+    stops=st.lists(st.text(alphabet, min_size=1, max_size=4), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 40), max_size=8),
+)
+def test_any_chunking_matches_whole_text(text: str, stops: list[str], cuts: list[int]) -> None:
+    bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})
+    matcher = StopMatcher(stops)
+    out: list[str] = []
+    hit = False
+    for a, b in itertools.pairwise(bounds):
+        emitted, hit = matcher.feed(text[a:b])
+        out.append(emitted)
+        if hit:
+            break
+    if not hit:
+        out.append(matcher.flush())
+    assert ("".join(out), hit) == reference(text, stops)
+
+
+def test_held_text_is_released_when_the_match_fails() -> None:
+    m = StopMatcher(["STOP"])
+    assert m.feed("abc ST") == ("abc ", False)
+    assert m.feed("OX") == ("STOX", False)
+    assert m.feed("x STO") == ("x ", False)
+    assert m.feed("P tail") == ("", True)
