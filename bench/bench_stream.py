@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import write_section  # noqa: E402
+from _report import write_section
 
-import chatfmt  # noqa: E402
-from chatfmt.context import Budget  # noqa: E402
-from chatfmt.segments import BlockEncoder  # noqa: E402
+import chatfmt
+from chatfmt.context import Budget
+from chatfmt.segments import BlockEncoder
 
 SENTENCE = "The quick brown fox jumps over the lazy dog; 北京的天气很好 naïve café 42. "
 
@@ -36,11 +36,15 @@ def make_output(tok: chatfmt.Tokenizer, n: int, kind: str) -> list[int]:
     if kind == "text":
         return body
     text = tok.decode(body).replace("\\", " ").replace('"', " ")
-    call = '<tool_call>\n{"name": "write_file", "arguments": {"text": "' + text + '"}}\n</tool_call>'
+    call = (
+        '<tool_call>\n{"name": "write_file", "arguments": {"text": "' + text + '"}}\n</tool_call>'
+    )
     splitter = chatfmt.dialects.ControlSplitter(list(tok.controls))
     ids: list[int] = []
     for piece in [*splitter.feed(call), *splitter.flush()]:
-        ids.extend([tok.control_id(piece.token)] if not isinstance(piece, str) else tok.encode_text(piece))
+        ids.extend(
+            [tok.control_id(piece.token)] if not isinstance(piece, str) else tok.encode_text(piece)
+        )
     return ids
 
 

@@ -78,7 +78,7 @@ class ParseResult:
 
     @property
     def content(self) -> str | None:
-        texts = [m.content for m in self.messages if m.content and not m.tool_calls]
+        texts = [m.content for m in self.messages if m.content]
         return "".join(texts) if texts else None
 
     @property

@@ -27,15 +27,9 @@ def test_specials_never_from_text(glm, text: str) -> None:  # type: ignore[no-un
     assert all(i < 64789 and i not in (1, 2) for i in ids)
 
 
-@given(st.text(max_size=120))
-def test_no_control_ids_from_any_text(text: str) -> None:
-    from conftest import ASSETS
-
-    path = ASSETS / "chatglm3" / "tokenizer.model"
-    if not path.is_file():
-        pytest.skip("../shared/assets/chatglm3/tokenizer.model not present")
-    tok = load_tokenizer(str(path))
-    assert not set(tok.encode_text(text)) & set(tok.controls.values())
+@given(text=st.text(max_size=120))
+def test_no_control_ids_from_any_text(glm, text: str) -> None:  # type: ignore[no-untyped-def]
+    assert not set(glm.encode_text(text)) & set(glm.controls.values())
 
 
 def test_run_start_space_is_dropped_like_official_decode(glm) -> None:  # type: ignore[no-untyped-def]

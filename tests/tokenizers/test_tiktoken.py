@@ -86,16 +86,10 @@ def test_decode_policies(qwen) -> None:  # type: ignore[no-untyped-def]
         qwen.decode(ids, specials=SpecialTokenPolicy.RAISE)
 
 
-@given(st.text(max_size=200))
-def test_qwen_tiktoken_equals_hf(text: str) -> None:
-    from conftest import ASSETS
-
-    path = ASSETS / "qwen2.5" / "tokenizer.json"
-    if not path.is_file():
-        pytest.skip("../shared/assets/qwen2.5/tokenizer.json not present")
-    assert load_tokenizer("qwen2.5").encode_text(text) == load_tokenizer(str(path)).encode_text(
-        text
-    )
+@given(text=st.text(max_size=200))
+def test_qwen_tiktoken_equals_hf(qwen_tokenizer_json, text: str) -> None:  # type: ignore[no-untyped-def]
+    hf = load_tokenizer(str(qwen_tokenizer_json))
+    assert load_tokenizer("qwen2.5").encode_text(text) == hf.encode_text(text)
 
 
 @given(st.text(max_size=200))
