@@ -118,6 +118,17 @@ class Engine(ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the runtime (threads, connections, model memory)."""
 
+    def prepare(self, prompt_ids: Sequence[int], params: SamplingParams) -> tuple[list[int], int]:
+        """The prompt as a list and the completion budget: ``max_tokens`` capped by the room
+        left in the context. Raises :class:`EngineError` for an empty prompt or no room."""
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise EngineError("the prompt is empty; render at least one message")
+        budget = min(params.max_tokens, self.context_length - len(prompt))
+        if budget < 1:
+            self.check_fits(len(prompt), params.max_tokens)
+        return prompt, budget
+
     def check_fits(self, n_prompt: int, max_tokens: int) -> None:
         """Raise :class:`EngineError` if the prompt plus ``max_tokens`` exceed the context."""
         if n_prompt + max_tokens > self.context_length:

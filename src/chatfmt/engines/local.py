@@ -101,12 +101,7 @@ class LocalEngine(Engine):
     ) -> AsyncGenerator[GenerationChunk, None]:
         if self._closed:
             raise EngineError("the local engine is closed")
-        prompt = list(prompt_ids)
-        if not prompt:
-            raise EngineError("the prompt is empty; render at least one message")
-        budget = min(params.max_tokens, self._context_length - len(prompt))
-        if budget < 1:
-            self.check_fits(len(prompt), params.max_tokens)
+        prompt, budget = self.prepare(prompt_ids, params)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[_Item] = asyncio.Queue()
         cancel = threading.Event()

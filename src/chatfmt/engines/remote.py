@@ -294,12 +294,7 @@ class RemoteEngine(Engine):
     async def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncGenerator[GenerationChunk, None]:
-        prompt = list(prompt_ids)
-        if not prompt:
-            raise EngineError("the prompt is empty; render at least one message")
-        budget = min(params.max_tokens, self.context_length - len(prompt))
-        if budget < 1:
-            self.check_fits(len(prompt), params.max_tokens)
+        prompt, budget = self.prepare(prompt_ids, params)
         if not self._detected:
             try:
                 await self.connect()
