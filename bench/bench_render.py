@@ -72,7 +72,7 @@ def main() -> None:
     enc = tok.encoding  # type: ignore[attr-defined]
 
     rows = []
-    t_cold = timeit(lambda: dialect.render(conv, tok, encoder=BlockEncoder(tok)), args.repeat)
+    t_cold = timeit(lambda: dialect.render(conv, tok), args.repeat)
     warm = BlockEncoder(tok)
     t_warm = timeit(lambda: dialect.render(conv, tok, encoder=warm), args.repeat)
     t_floor = timeit(lambda: enc.encode_ordinary(text), args.repeat)

@@ -18,6 +18,8 @@ from .errors import ValidationError
 
 Role = Literal["system", "user", "assistant", "tool", "observation"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool", "observation")
+#: OpenAI roles with another name here: legacy ``function`` results, ``developer`` prompts.
+_ROLE_ALIASES = {"function": "tool", "developer": "system"}
 
 #: Metadata of a ChatGLM3 assistant turn that holds code for the interpreter; also the tool name
 #: under which chatfmt reports interpreter calls.
@@ -230,19 +232,17 @@ def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
             raise ValidationError(
                 f"expected an object with 'role' and 'content', got {type(raw).__name__}", index=i
             )
-        data = dict(raw)
-        role = data.get("role")
-        if role == "function":
-            data["role"] = "tool"
-        elif role == "developer":
-            data["role"] = "system"
-        elif role not in ROLES:
-            raise ValidationError(
-                f"unknown role {role!r}; use one of {', '.join(ROLES)}",
-                index=i,
-                rule="role",
-            )
-        data.pop("refusal", None)
+        role = raw.get("role")
+        data: Mapping[str, Any] = raw  # the common case is validated as it is, uncopied
+        if role not in ROLES or "refusal" in raw:
+            if role not in ROLES and role not in _ROLE_ALIASES:
+                raise ValidationError(
+                    f"unknown role {role!r}; use one of {', '.join(ROLES)}",
+                    index=i,
+                    rule="role",
+                )
+            data = {k: v for k, v in raw.items() if k != "refusal"}
+            data["role"] = _ROLE_ALIASES.get(role, role)
         try:
             out.append(Message.model_validate(data))
         except ValueError as exc:

@@ -56,8 +56,7 @@ class Block(NamedTuple):
         return "".join(s.token if isinstance(s, Control) else s.text for s in self.segments)
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
+class Span(NamedTuple):
     """Token positions ``[start, end)`` of one block and the messages it renders."""
 
     start: int
@@ -86,7 +85,8 @@ class BlockEncoder:
     """Encodes blocks to ids with a per-block cache.
 
     Blocks are immutable and hashable, so a conversation that grows by one turn re-encodes only
-    its new blocks. The cache is bounded; the oldest entries go first.
+    its new blocks. The cache is bounded; the oldest entries go first. ``max_entries=0`` turns
+    it off (a one-off render gains nothing from hashing its blocks).
     """
 
     def __init__(self, tokenizer: Tokenizer, *, max_entries: int = 65536) -> None:
@@ -97,8 +97,9 @@ class BlockEncoder:
     def encode_block(self, block: Block) -> tuple[int, ...]:
         """The ids of one block (cached)."""
         hit = self._cache.get(block)
-        if hit is not None:
-            return hit
+        return hit if hit is not None else self._encode_new(block)
+
+    def _encode_new(self, block: Block) -> tuple[int, ...]:
         ids: list[int] = []
         tok = self.tokenizer
         controls = tok.controls
@@ -114,21 +115,28 @@ class BlockEncoder:
             else:
                 ids.extend(encode(seg[0]))
         result = tuple(ids)
-        if len(self._cache) >= self._max:
-            del self._cache[next(iter(self._cache))]
-        self._cache[block] = result
+        if self._max:
+            if len(self._cache) >= self._max:
+                del self._cache[next(iter(self._cache))]
+            self._cache[block] = result
         return result
 
     def encode(self, blocks: Sequence[Block]) -> RenderedPrompt:
         """Encode blocks into a :class:`RenderedPrompt` with one span per block."""
         ids: list[int] = []
         spans: list[Span] = []
+        get = self._cache.get if self._max else _no_hit
         for block in blocks:
             start = len(ids)
-            ids.extend(self.encode_block(block))
+            hit = get(block)
+            ids += hit if hit is not None else self._encode_new(block)
             spans.append(Span(start, len(ids), block.messages))
         return RenderedPrompt(ids=ids, blocks=tuple(blocks), spans=tuple(spans))
 
     def count(self, blocks: Iterable[Block]) -> int:
         """Number of tokens of ``blocks`` (uses and fills the cache)."""
         return sum(len(self.encode_block(b)) for b in blocks)
+
+
+def _no_hit(_block: Block) -> None:
+    return None

@@ -127,7 +127,7 @@ class Dialect(ABC):
         conv = as_conversation(conversation, tools)
         self.validate(conv, strict=strict)
         blocks = self.render_blocks(conv, add_generation_prompt=add_generation_prompt)
-        return (encoder or BlockEncoder(tokenizer)).encode(blocks)
+        return (encoder or BlockEncoder(tokenizer, max_entries=0)).encode(blocks)
 
     def render_text(
         self,

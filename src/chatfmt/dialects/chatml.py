@@ -49,6 +49,9 @@ _TOOLS_TAIL = (
     "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
 )
+_START = Control(IM_START)
+_END = Control(IM_END)
+_NEWLINE = Text("\n")
 _TAG_SPLIT = re.compile("(<tool_call>|</tool_call>)")
 # A name is pasted between quotes by the template, so it must not need JSON escaping.
 _BAD_NAME = re.compile(r'["\\\x00-\x1f]')
@@ -172,12 +175,11 @@ class ChatML(Dialect):
                 continue
             if m.role == "assistant" and m.tool_calls:
                 self._render_calls(b, m)
+                blocks.append(b.block((i,)))
             else:
-                b.control(IM_START)
-                b.text(self._header(m.role, m.metadata) + "\n" + m.text)
-                b.control(IM_END)
-                b.text("\n")
-            blocks.append(b.block((i,)))
+                # The common turn, built directly: this loop is the hot path of a long chat.
+                head = f"{m.role} {m.metadata}\n" if m.metadata else m.role + "\n"
+                blocks.append(Block((_START, Text(head + m.text), _END, _NEWLINE), (i,)))
             i += 1
         if add_generation_prompt:
             b.control(IM_START)
