@@ -110,3 +110,74 @@ def test_truncate_tool_results_marks_cut(qwen) -> None:  # type: ignore[no-untyp
     )
     assert conv.messages[0].content == text  # only tool results are cut
     assert conv.messages[2].content == cut
+
+
+def _turns(draw, n: int, calls: bool) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+    text = st.text(alphabet=st.characters(codec="utf-8"), max_size=30)
+    out: list[dict[str, object]] = []
+    for t in range(n):
+        out.append({"role": "user", "content": draw(text)})
+        if calls and draw(st.booleans()):
+            k = draw(st.integers(min_value=1, max_value=2))
+            ids = [f"c{t}_{j}" for j in range(k)]
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": draw(st.one_of(st.none(), text.filter(bool))),
+                    "tool_calls": [
+                        {"id": i, "function": {"name": "f", "arguments": '{"x": 1}'}} for i in ids
+                    ],
+                }
+            )
+            out += [{"role": "tool", "tool_call_id": i, "content": draw(text)} for i in ids]
+        out.append({"role": "assistant", "content": draw(text)})
+    return out
+
+
+@pytest.mark.parametrize("name", ["chatml", "qwen2.5", "chatglm3"])
+@given(data=st.data())
+def test_incremental_render_equals_full(name: str, small_glm, data) -> None:  # type: ignore[no-untyped-def]
+    tok = small_glm if name == "chatglm3" else chatfmt.load_tokenizer("qwen2.5")
+    dialect = chatfmt.get_dialect(name)
+    system = data.draw(st.booleans())
+    tools = (
+        [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+        if data.draw(st.booleans())
+        else None
+    )
+    head = [{"role": "system", "content": "be brief"}] if system else []
+    first = _turns(data.draw, data.draw(st.integers(1, 4)), calls=True)
+    more = _turns(data.draw, data.draw(st.integers(0, 2)), calls=True)
+    msgs = chatfmt.from_openai(head + first)
+    extra = chatfmt.from_openai(more)
+    budget = Budget(dialect, tok)
+    gen = data.draw(st.booleans())
+    assert (
+        budget.render(msgs, tools=tools, add_generation_prompt=gen).ids
+        == dialect.render(msgs, tok, tools=tools, add_generation_prompt=gen).ids
+    )
+    grown = msgs + extra
+    incremental = budget.render(grown, tools=tools)
+    full = dialect.render(grown, tok, tools=tools)
+    assert incremental.ids == full.ids
+    assert [s.messages for s in incremental.spans] == [s.messages for s in full.spans]
+    assert [(s.start, s.end) for s in incremental.spans] == [(s.start, s.end) for s in full.spans]
+
+
+def test_appending_reuses_the_rendered_prefix(qwen) -> None:  # type: ignore[no-untyped-def]
+    d = chatfmt.get_dialect("qwen2.5")
+    msgs = chatfmt.from_openai(_chat(200))
+    budget = Budget(d, qwen)
+    budget.render(msgs)
+    calls: list[int] = []
+    original = d.render_blocks
+
+    def spy(conv, **kw):  # type: ignore[no-untyped-def]
+        calls.append(len(conv.messages))
+        return original(conv, **kw)
+
+    d.render_blocks = spy  # type: ignore[method-assign]
+    grown = [*msgs, *chatfmt.from_openai([{"role": "assistant", "content": "ok"}])]
+    assert budget.count(grown) == len(d.render(grown, qwen).ids)
+    # Only the system message, the last turn and the appended message were rendered again.
+    assert calls[0] <= 4

@@ -149,7 +149,7 @@ class Agent:
             fitted = await asyncio.to_thread(
                 self._budget.fit, conv, context=self.engine.context_length, reserve=reserve
             )
-            prompt = self.dialect.render(fitted.conversation, tok, encoder=self._budget.encoder)
+            prompt = await asyncio.to_thread(self._budget.render, fitted.conversation)
             params = SamplingParams(
                 max_tokens=self.params.max_tokens,
                 temperature=self.params.temperature,

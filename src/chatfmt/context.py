@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .dialects.base import ConversationLike, Dialect, ToolsLike
 from .errors import ContextOverflowError
 from .messages import Conversation, Message, as_conversation
-from .segments import Block, BlockEncoder
+from .segments import Block, BlockEncoder, RenderedPrompt
 from .tokenizers.base import Tokenizer
 from .tools.truncate import truncate
 
@@ -30,10 +30,12 @@ class FitResult:
 
 
 class Budget:
-    """Counts and fits conversations for one dialect and tokenizer.
+    """Renders, counts and fits conversations for one dialect and tokenizer, incrementally.
 
-    It keeps a :class:`BlockEncoder`, so in a long chat only new turns are tokenized: a message
-    already seen costs a cache lookup.
+    It remembers the last conversation it rendered. When the next one extends it (the same
+    message objects, more appended, as in a chat), only the last turn of the old one and the
+    new messages are rendered and tokenized again: appending costs O(new tokens). Otherwise it
+    falls back to a full render, still reusing the ids of blocks it has encoded before.
     """
 
     def __init__(
@@ -42,6 +44,25 @@ class Budget:
         self.dialect = dialect
         self.tokenizer = tokenizer
         self.encoder = encoder or BlockEncoder(tokenizer)
+        self._last: tuple[Conversation, bool, RenderedPrompt] | None = None
+
+    def render(
+        self,
+        conversation: ConversationLike,
+        *,
+        tools: ToolsLike = None,
+        add_generation_prompt: bool = True,
+        strict: bool = True,
+    ) -> RenderedPrompt:
+        """The exact prompt, as :meth:`Dialect.render` gives it."""
+        conv = as_conversation(conversation, tools)
+        prompt = self._render_incremental(conv, add_generation_prompt, strict)
+        if prompt is None:
+            self.dialect.validate(conv, strict=strict)
+            blocks = self.dialect.render_blocks(conv, add_generation_prompt=add_generation_prompt)
+            prompt = self.encoder.encode(blocks)
+        self._last = (conv, strict, prompt)
+        return prompt
 
     def count(
         self,
@@ -52,10 +73,64 @@ class Budget:
         strict: bool = True,
     ) -> int:
         """The exact number of prompt tokens."""
-        conv = as_conversation(conversation, tools)
-        self.dialect.validate(conv, strict=strict)
-        blocks = self.dialect.render_blocks(conv, add_generation_prompt=add_generation_prompt)
-        return self.encoder.count(blocks)
+        prompt = self.render(
+            conversation, tools=tools, add_generation_prompt=add_generation_prompt, strict=strict
+        )
+        return len(prompt.ids)
+
+    def _render_incremental(
+        self, conv: Conversation, add_generation_prompt: bool, strict: bool
+    ) -> RenderedPrompt | None:
+        """Render ``conv`` by re-rendering only the last turn of the previous conversation and
+        what was appended; ``None`` when ``conv`` does not extend it."""
+        if self._last is None:
+            return None
+        old, old_strict, old_prompt = self._last
+        msgs, old_msgs = conv.messages, old.messages
+        if (
+            old_strict != strict
+            or conv.tools != old.tools
+            or len(msgs) < len(old_msgs)
+            or any(a is not b for a, b in zip(msgs, old_msgs, strict=False))
+        ):
+            return None
+        head, turns = _split_turns(old_msgs)
+        if len(turns) < 2:
+            return None  # nothing worth keeping
+        restart = turns[-1][0]
+        # Blocks of the old prompt that render only messages before the restart point (and the
+        # message-less prefix before them) are unchanged by anything appended later.
+        keep = 0
+        for block in old_prompt.blocks:
+            if (block.messages and max(block.messages) >= restart) or (
+                not block.messages and keep and old_prompt.blocks[keep - 1].messages
+            ):
+                break
+            keep += 1
+        if keep == 0:
+            return None
+        # The rest is rendered as the head followed by the messages from the restart point:
+        # every dialect here renders a turn the same way whatever turns came before it.
+        short = Conversation(messages=msgs[:head] + msgs[restart:], tools=conv.tools)
+        self.dialect.validate(short, strict=strict)
+        rendered = self.dialect.render_blocks(short, add_generation_prompt=add_generation_prompt)
+        offset = restart - head
+        tail: list[Block] = []
+        for block in rendered:
+            if not tail and not any(i >= head for i in block.messages):
+                continue  # the prefix and the head: already in the kept blocks
+            tail.append(
+                block._replace(
+                    messages=tuple(i + offset if i >= head else i for i in block.messages)
+                )
+            )
+        kept_end = old_prompt.spans[keep - 1].end
+        new = self.encoder.encode(tail)
+        ids = old_prompt.ids[:kept_end] + new.ids
+        spans = old_prompt.spans[:keep] + tuple(
+            s._replace(start=s.start + kept_end, end=s.end + kept_end) for s in new.spans
+        )
+        return RenderedPrompt(ids=ids, blocks=old_prompt.blocks[:keep] + new.blocks, spans=spans)
 
     def fit(
         self,
