@@ -220,14 +220,14 @@ class Conversation(_Model):
         return value
 
 
-def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
+def from_openai(messages: Iterable[Mapping[str, Any]], *, first_index: int = 0) -> list[Message]:
     """Convert OpenAI chat messages into :class:`Message` objects.
 
     ``function`` results (the legacy API) become ``tool`` messages; ``developer`` becomes
     ``system``. Raises :class:`~chatfmt.errors.ValidationError` naming the bad message.
     """
     out: list[Message] = []
-    for i, raw in enumerate(messages):
+    for i, raw in enumerate(messages, start=first_index):
         if not isinstance(raw, Mapping):
             raise ValidationError(
                 f"expected an object with 'role' and 'content', got {type(raw).__name__}", index=i
@@ -287,16 +287,15 @@ def as_conversation(
         if tools is None:
             return value
         return Conversation(messages=value.messages, tools=tuple(Tool.of(t) for t in tools))
-    dicts = [m for m in value if not isinstance(m, Message)]
-    msgs = (
-        list(value)
-        if not dicts
-        else [m if isinstance(m, Message) else from_openai([m])[0] for m in value]
-    )
-    return Conversation(
-        messages=tuple(msgs),  # type: ignore[arg-type]
-        tools=tuple(Tool.of(t) for t in (tools or ())),
-    )
+    msgs: list[Message]
+    if not any(isinstance(m, Message) for m in value):
+        msgs = from_openai(value)  # type: ignore[arg-type]
+    else:
+        msgs = [
+            m if isinstance(m, Message) else from_openai([m], first_index=i)[0]
+            for i, m in enumerate(value)
+        ]
+    return Conversation(messages=tuple(msgs), tools=tuple(Tool.of(t) for t in (tools or ())))
 
 
 def _first_error(exc: ValueError) -> str:

@@ -93,6 +93,7 @@ class BlockEncoder:
         self.tokenizer = tokenizer
         self._cache: dict[Block, tuple[int, ...]] = {}
         self._max = max_entries
+        self._short: dict[str, list[int]] = {}
 
     def encode_block(self, block: Block) -> tuple[int, ...]:
         """The ids of one block (cached)."""
@@ -104,10 +105,20 @@ class BlockEncoder:
         tok = self.tokenizer
         controls = tok.controls
         encode = tok.encode_text
+        short = self._short
         for seg in block.segments:
             if type(seg) is Text:
-                if seg.text:
-                    ids.extend(encode(seg.text))
+                text = seg.text
+                if len(text) <= 16:
+                    # Layout text such as "\n" or "assistant\n" recurs in every turn.
+                    hit = short.get(text)
+                    if hit is None:
+                        hit = encode(text) if text else []
+                        if len(short) < 4096:
+                            short[text] = hit
+                    ids.extend(hit)
+                else:
+                    ids.extend(encode(text))
             elif seg[0] in controls:
                 ids.append(controls[seg[0]])
             elif seg.required:  # type: ignore[union-attr]
