@@ -107,4 +107,6 @@ def test_real_interpreter(real_page: Page) -> None:
     expect(cell.locator(".source")).to_contain_text("plt")
     expect(cell.locator(".badge")).to_have_text("done")
     expect(real_page.locator("details.code-cell img").first).to_be_visible()
+    # Once the loop is over no cell looks busy (a repeated cell is marked as not run).
+    expect(real_page.locator(".call .badge.run")).to_have_count(0)
     shot(real_page, "real-interpreter.png")

@@ -505,6 +505,14 @@
           state.messages = base.concat(ev.messages || []);
           if (ev.stopped === "max_steps") showNote("Stopped after the maximum number of steps.");
           if (ev.stopped === "length") showNote("The reply was cut at the token limit.");
+          if (ev.stopped === "repeated_call") {
+            showNote("The model repeated a call it had already made; it was not run again.");
+          }
+          // A call the loop did not run (a repeat, or one cut off) must not look busy forever.
+          document.querySelectorAll(".call .badge.run").forEach((b) => {
+            b.className = "badge skip";
+            b.textContent = "not run";
+          });
           break;
         case "error":
           run.error = ev.message;

