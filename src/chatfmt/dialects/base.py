@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ..events import Event, FinishReason, ParseResult
 from ..messages import Conversation, Message, Tool, as_conversation
-from ..segments import Block, BlockEncoder, Control, RenderedPrompt
+from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
 
 ConversationLike = Conversation | Sequence[Message | Mapping[str, Any]]
@@ -148,6 +148,12 @@ class Dialect(ABC):
     @abstractmethod
     def stream_parser(self) -> StreamParser:
         """A fresh parser for one assistant turn (what follows the generation prompt)."""
+
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """Segments to put after the generation prompt so that the model's reply is a call of
+        tool ``name`` (``None``: of some tool). Empty when the dialect cannot force one; the
+        reply then starts fresh. The parser must be fed these segments first."""
+        return ()
 
     def interpreter_observation(self, output: str) -> str:
         """The observation text for code-interpreter output (as the model was trained to read

@@ -152,6 +152,13 @@ class ChatGLM3(Dialect):
         """A parser for the output that follows the ``<|assistant|>`` generation prompt."""
         return ChatGLM3StreamParser(id_factory=id_factory or self._id_factory)
 
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """A named call is forced by writing its metadata line (the tool name); which tool to
+        call cannot be left to the model once the line is written, so ``None`` forces nothing."""
+        if name is None or "\n" in name:
+            return ()
+        return (Text(name + "\n"),)
+
     def interpreter_observation(self, output: str) -> str:
         """ChatGLM3 reads interpreter results in a ```result block (PROMPT.md)."""
         return f"```result\n{output}\n```"

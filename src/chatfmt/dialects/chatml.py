@@ -187,6 +187,13 @@ class ChatML(Dialect):
             blocks.append(b.block())
         return blocks
 
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """The opening of a tagged call, up to the arguments when the tool is named."""
+        if name is None:
+            return (Control(TOOL_CALL, False), Text("\n"))
+        opening = '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
+        return (Control(TOOL_CALL, False), Text(opening))
+
     def _header(self, role: str, metadata: str | None) -> str:
         return f"{role} {metadata}" if metadata else role
 

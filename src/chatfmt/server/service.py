@@ -23,7 +23,7 @@ from ..engines.base import Engine, EngineUnavailableError, GenerationChunk, Samp
 from ..errors import ChatFmtError, EngineError, ValidationError
 from ..events import Event, Finish, TextDelta, ToolCallDelta, ToolCallStart
 from ..messages import Conversation, Tool, from_openai
-from ..segments import BlockEncoder, Control
+from ..segments import Block, BlockEncoder, Control, Segment
 from ..tokenizers.base import Piece, Tokenizer
 from .schemas import ChatCompletionRequest
 
@@ -139,6 +139,13 @@ class TurnDecoder:
         self._matcher = StopMatcher(stops) if stops else None
         self.done = False
 
+    def prefill(self, pieces: Iterable[Piece]) -> list[Event]:
+        """Feed what the prompt already wrote of the reply (a forced call's opening)."""
+        events: list[Event] = []
+        for piece in pieces:
+            events.extend(self.parser.feed(piece))
+        return events
+
     def feed(self, token_id: int) -> list[Event]:
         if self.done:
             return []
@@ -196,6 +203,8 @@ class Prepared:
     stop_strings: tuple[str, ...]
     stream: bool
     include_usage: bool
+    #: What the prompt ends with to force a tool call (``tool_choice``), as the parser reads it.
+    prefill: tuple[Piece, ...] = ()
 
 
 def _deltas(events: list[Event]) -> list[tuple[dict[str, Any], str | None]]:
@@ -292,6 +301,9 @@ class ChatService:
         except (ChatFmtError, ValueError) as exc:
             raise ApiError(400, str(exc)) from None
         ids = rendered.ids
+        prefill = self._forced_call(req, tools)
+        if prefill:
+            ids = ids + list(self._encoder.encode_block(Block(prefill)))
         n_prompt = len(ids)
         context = self.engine.context_length
         requested = req.requested_max_tokens
@@ -327,7 +339,24 @@ class ChatService:
             stop_strings=(*self.dialect.stop_strings(), *stops),
         )
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return Prepared(ids, params, stops, req.stream, include_usage)
+        pieces = tuple(
+            Control(s.token)
+            if isinstance(s, Control) and self.tokenizer.has_control(s.token)
+            else s.token
+            if isinstance(s, Control)
+            else s.text
+            for s in prefill
+        )
+        return Prepared(ids, params, stops, req.stream, include_usage, pieces)
+
+    def _forced_call(self, req: ChatCompletionRequest, tools: list[Tool]) -> tuple[Segment, ...]:
+        """``tool_choice`` "required" or a named function: the dialect's call opening, so the
+        model can only continue with a call (when the dialect knows how to force one)."""
+        choice = req.tool_choice
+        if not tools or choice is None or choice in ("auto", "none"):
+            return ()
+        name = None if choice == "required" else tools[0].name
+        return self.dialect.forced_call_prefix(name)
 
     def _select_tools(self, req: ChatCompletionRequest) -> list[Tool]:
         defs = req.tools or []
@@ -366,6 +395,7 @@ class ChatService:
     async def complete(self, prep: Prepared) -> dict[str, Any]:
         """A whole ``chat.completion`` response body."""
         turn = TurnDecoder(self.tokenizer, self.dialect, self.stop_ids, prep.stop_strings)
+        turn.prefill(prep.prefill)
         n_completion = 0
         finish = "stop"
         stream = self.engine.stream(prep.prompt_ids, prep.params)
@@ -470,6 +500,8 @@ class ChatService:
         n_completion = 0
         try:
             yield chunk({"role": "assistant", "content": ""}, None)
+            for delta, fin in _deltas(turn.prefill(prep.prefill)):
+                yield chunk(delta, fin)
             pending = first
             while not turn.done:
                 if pending is None:
