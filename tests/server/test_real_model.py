@@ -96,6 +96,23 @@ def test_tool_call(client: Any) -> None:
     assert call.id.startswith("call_")
 
 
+def test_named_tool_choice_forces_the_call(client: Any) -> None:
+    # Without forcing, the model would chat about the weather; tool_choice makes it a call.
+    out = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "I am going to Rome tomorrow."}],
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0,
+        max_tokens=48,
+    )
+    choice = out.choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert isinstance(json.loads(call.function.arguments), dict)
+
+
 def test_tool_call_streamed(client: Any) -> None:
     name, args, finish = "", "", None
     for c in client.chat.completions.create(
