@@ -62,6 +62,28 @@ class Finish:
 Event = TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | SegmentEnd | Finish
 
 
+def merge_deltas(events: list[Event]) -> list[Event]:
+    """Events with adjacent text deltas, and adjacent argument deltas of one call, merged.
+
+    Two chunkings of the same output give the same merged events (what the stream-equals-whole
+    property compares), and a UI can coalesce a burst of deltas into one update.
+    """
+    out: list[Event] = []
+    for e in events:
+        last = out[-1] if out else None
+        if isinstance(e, TextDelta) and isinstance(last, TextDelta):
+            out[-1] = TextDelta(last.text + e.text)
+        elif (
+            isinstance(e, ToolCallDelta)
+            and isinstance(last, ToolCallDelta)
+            and last.index == e.index
+        ):
+            out[-1] = ToolCallDelta(e.index, last.arguments + e.arguments)
+        else:
+            out.append(e)
+    return out
+
+
 @dataclass
 class ParseResult:
     """One parsed assistant turn.

@@ -24,6 +24,7 @@ from chatfmt.events import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    merge_deltas,
 )
 from chatfmt.messages import Message, ToolCall
 from chatfmt.pycall import PyCallError, is_argument_name, parse_tool_call
@@ -111,24 +112,6 @@ def summary(result: ParseResult) -> list[tuple[str, str, Any]]:
 # ==== Helpers ====
 
 
-def normalize(events: list[Event]) -> list[Event]:
-    """Merge adjacent text deltas and adjacent argument deltas of one call."""
-    out: list[Event] = []
-    for e in events:
-        last = out[-1] if out else None
-        if isinstance(e, TextDelta) and isinstance(last, TextDelta):
-            out[-1] = TextDelta(last.text + e.text)
-        elif (
-            isinstance(e, ToolCallDelta)
-            and isinstance(last, ToolCallDelta)
-            and last.index == e.index
-        ):
-            out[-1] = ToolCallDelta(e.index, last.arguments + e.arguments)
-        else:
-            out.append(e)
-    return out
-
-
 def run_pieces(
     pieces: list[Piece], reason: str = "stop"
 ) -> tuple[list[Event], ParseResult, list[list[Event]]]:
@@ -208,7 +191,7 @@ def test_prompt_md_tool_call_output() -> None:
     assert call.arguments_dict() == {"location": "beijing", "unit": "celsius"}
     assert call.raw == '```python\ntool_call(location="beijing", unit="celsius")\n```'
     assert result.finish_reason == "tool_calls"
-    assert normalize(events) == [
+    assert merge_deltas(events) == [
         TextDelta("好的，让我们来查看今天的天气"),
         SegmentEnd(""),
         ToolCallStart(0, "call_0", "get_current_weather"),
@@ -548,7 +531,7 @@ OUTPUTS = st.lists(st.one_of(FRAGMENTS, st.text(max_size=5)), max_size=25).map("
 def test_stream_equals_whole_and_reference(output: str, cuts: list[int], reason: str) -> None:
     whole_events, whole = run_text_chunks([output], reason)
     events, streamed = run_text_chunks(chunk(output, cuts), reason)
-    assert normalize(events) == normalize(whole_events)
+    assert merge_deltas(events) == merge_deltas(whole_events)
     assert streamed.messages == whole.messages
     assert streamed.warnings == whole.warnings
     assert streamed.finish_reason == whole.finish_reason

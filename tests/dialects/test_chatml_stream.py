@@ -21,6 +21,7 @@ from chatfmt.events import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    merge_deltas,
 )
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Piece
@@ -51,24 +52,6 @@ def run(
     result = p.result()
     check_events(events, result)
     return events, result
-
-
-def normalise(events: list[Event]) -> list[Event]:
-    """Merge adjacent deltas: chunking may split them differently, nothing else."""
-    out: list[Event] = []
-    for e in events:
-        last = out[-1] if out else None
-        if isinstance(e, TextDelta) and isinstance(last, TextDelta):
-            out[-1] = TextDelta(last.text + e.text)
-        elif (
-            isinstance(e, ToolCallDelta)
-            and isinstance(last, ToolCallDelta)
-            and last.index == e.index
-        ):
-            out[-1] = ToolCallDelta(e.index, last.arguments + e.arguments)
-        else:
-            out.append(e)
-    return out
 
 
 def check_events(events: list[Event], result: ParseResult) -> None:
@@ -208,7 +191,7 @@ def test_name_after_arguments() -> None:
     ev = p.feed('<tool_call>{"arguments": {"a": "long text"}, ')
     assert not any(isinstance(e, ToolCallStart) for e in ev)  # no name yet
     ev = p.feed('"name": "f"}</tool_call>')
-    assert normalise(ev) == [
+    assert merge_deltas(ev) == [
         ToolCallStart(0, "call_0", "f"),
         ToolCallDelta(0, '{"a": "long text"}'),
         ToolCallEnd(0),
@@ -219,7 +202,7 @@ def test_arguments_stream_as_they_arrive() -> None:
     p = new_parser()
     assert p.feed("<tool_call>\n") == []
     ev = p.feed('{"name": "run", "arguments": {"code": "print(')
-    assert normalise(ev) == [
+    assert merge_deltas(ev) == [
         ToolCallStart(0, "call_0", "run"),
         ToolCallDelta(0, '{"code": "print('),
     ]
@@ -227,7 +210,10 @@ def test_arguments_stream_as_they_arrive() -> None:
     assert p.feed('\\n"') == [ToolCallDelta(0, '\\n"')]
     # A number is only safe once it ends.
     assert p.feed(', "n": 12') == []
-    assert normalise(p.feed("}}\n</tool_call>")) == [ToolCallDelta(0, ', "n": 12}'), ToolCallEnd(0)]
+    assert merge_deltas(p.feed("}}\n</tool_call>")) == [
+        ToolCallDelta(0, ', "n": 12}'),
+        ToolCallEnd(0),
+    ]
     fin = p.finish()
     assert fin == [Finish("tool_calls")]
     assert p.result().tool_calls[0].arguments == '{"code": "print(1)\\n", "n": 12}'
@@ -453,7 +439,7 @@ def test_stream_equals_whole(text: str, sizes: list[int], controls: bool, cut: i
         text, reason = text[:cut], "length"
     events_whole, r_whole = run([text], reason)
     events_stream, r_stream = run(as_pieces(text, sizes, controls), reason)
-    assert normalise(events_stream) == normalise(events_whole)
+    assert merge_deltas(events_stream) == merge_deltas(events_whole)
     assert summary(r_stream) == summary(r_whole)
     # Nothing the model wrote is lost: content plus the calls' raw text covers the output.
     covered = (r_whole.content or "") + "".join(c.raw or "" for c in r_whole.tool_calls)
@@ -522,12 +508,12 @@ TRICKY = [
 @pytest.mark.parametrize("reason", ["stop", "length"])
 def test_every_split_point(text: str, reason: Literal["stop", "length"]) -> None:
     events, result = run([text], reason)
-    expected = (normalise(events), summary(result))
+    expected = (merge_deltas(events), summary(result))
     for i in range(len(text) + 1):
         ev, r = run([text[:i], text[i:]], reason)
-        assert (normalise(ev), summary(r)) == expected, i
+        assert (merge_deltas(ev), summary(r)) == expected, i
     ev, r = run(list(text), reason)
-    assert (normalise(ev), summary(r)) == expected
+    assert (merge_deltas(ev), summary(r)) == expected
 
 
 def test_deep_nesting_never_raises() -> None:
