@@ -257,12 +257,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         factory = None
         if not args.no_interpreter:
             try:
-                from .interpreter import JupyterInterpreter
-
                 require_jupyter()
-                factory = lambda: JupyterInterpreter(timeout=60).start()  # noqa: E731
             except MissingDependencyError:
-                factory = None  # the web chat offers chat and tool modes only
+                pass  # the web chat offers chat and tool modes only
+            else:
+                import atexit
+
+                from .interpreter import KernelPool
+
+                # A warm kernel waits for the next conversation that asks for the interpreter.
+                pool = KernelPool(size=1, timeout=60).start()
+                atexit.register(pool.close)
+                factory = pool.acquire
         mount_web(
             app,
             engine=engine,
