@@ -83,7 +83,7 @@ class Budget:
     ) -> RenderedPrompt | None:
         """Render ``conv`` by re-rendering only the last turn of the previous conversation and
         what was appended; ``None`` when ``conv`` does not extend it."""
-        if self._last is None:
+        if self._last is None or not self.dialect.turns_render_independently:
             return None
         old, old_strict, old_prompt = self._last
         msgs, old_msgs = conv.messages, old.messages
@@ -109,8 +109,8 @@ class Budget:
             keep += 1
         if keep == 0:
             return None
-        # The rest is rendered as the head followed by the messages from the restart point:
-        # every dialect here renders a turn the same way whatever turns came before it.
+        # The rest is rendered as the head followed by the messages from the restart point (the
+        # dialect renders a turn the same way whatever turns came before it).
         short = Conversation(messages=msgs[:head] + msgs[restart:], tools=conv.tools)
         self.dialect.validate(short, strict=strict)
         rendered = self.dialect.render_blocks(short, add_generation_prompt=add_generation_prompt)

@@ -93,6 +93,11 @@ class Dialect(ABC):
     controls: tuple[str, ...] = ()
     #: Control tokens that end the assistant's turn.
     stop_controls: tuple[str, ...] = ()
+    #: Whether a turn (a user message and what follows it) renders the same whatever turns came
+    #: before it, given the same leading system messages and tools. Lets :class:`~chatfmt.Budget`
+    #: re-render only the end of a growing chat; leave it False for formats that move text
+    #: between turns (such as a system prompt folded into the last user message).
+    turns_render_independently: bool = False
 
     # ==== Rendering ====
 

@@ -81,6 +81,7 @@ class ChatGLM3(Dialect):
     name = "chatglm3"
     controls = ("[MASK]", "[gMASK]", "[sMASK]", "sop", "eop", *ROLE_TOKENS)
     stop_controls = (USER, OBSERVATION, "</s>")
+    turns_render_independently = True
 
     def __init__(self, *, id_factory: Callable[[], str] | None = None) -> None:
         self._id_factory = id_factory

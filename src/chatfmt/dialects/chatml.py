@@ -113,6 +113,7 @@ class ChatML(Dialect):
     name = "chatml"
     controls = (IM_START, IM_END, ENDOFTEXT, TOOL_CALL, TOOL_CALL_END)
     stop_controls = (IM_END, ENDOFTEXT)
+    turns_render_independently = True
     #: System prompt used when the conversation has none (``None``: no system turn then, unless
     #: tools must be described).
     default_system: str | None = None
