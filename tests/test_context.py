@@ -181,3 +181,26 @@ def test_appending_reuses_the_rendered_prefix(qwen) -> None:  # type: ignore[no-
     assert budget.count(grown) == len(d.render(grown, qwen).ids)
     # Only the system message, the last turn and the appended message were rendered again.
     assert calls[0] <= 4
+
+
+def test_dialects_that_move_text_between_turns_render_in_full(qwen) -> None:  # type: ignore[no-untyped-def]
+    from chatfmt.dialects.chatml import Qwen25
+
+    class Folding(Qwen25):
+        turns_render_independently = False
+
+    d = Folding()
+    msgs = chatfmt.from_openai(_chat(20))
+    budget = Budget(d, qwen)
+    budget.render(msgs)
+    sizes: list[int] = []
+    original = d.render_blocks
+
+    def spy(conv, **kw):  # type: ignore[no-untyped-def]
+        sizes.append(len(conv.messages))
+        return original(conv, **kw)
+
+    d.render_blocks = spy  # type: ignore[method-assign]
+    grown = [*msgs, *chatfmt.from_openai([{"role": "assistant", "content": "ok"}])]
+    budget.render(grown)
+    assert sizes == [len(grown)]
