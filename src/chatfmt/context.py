@@ -146,6 +146,13 @@ class Budget:
         Raises :class:`ContextOverflowError` with the numbers when even the system message,
         the tools and the newest turn do not fit.
         """
+        if context <= 0 or reserve < 0:
+            raise ContextOverflowError(
+                f"context must be positive and reserve not negative (got {context}, {reserve})",
+                prompt_tokens=0,
+                context=context,
+                reserve=reserve,
+            )
         conv = as_conversation(conversation, tools)
         self.dialect.validate(conv, strict=strict)
         budget = context - reserve

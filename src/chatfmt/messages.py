@@ -52,7 +52,10 @@ class ToolCall(_Model):
     @classmethod
     def _arguments_to_json(cls, value: Any) -> Any:
         if isinstance(value, Mapping):
-            return json.dumps(dict(value), ensure_ascii=False)
+            try:
+                return json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"tool call arguments are not JSON-serialisable: {exc}") from None
         return value
 
     @field_validator("arguments")
@@ -64,16 +67,32 @@ class ToolCall(_Model):
             raise ValueError(
                 f"tool call arguments must be a JSON object, got invalid JSON ({exc.msg})"
             ) from None
+        except (ValueError, RecursionError) as exc:  # huge integers, absurd nesting
+            raise ValueError(f"tool call arguments cannot be read: {exc}") from None
         if not isinstance(decoded, dict):
             raise ValueError(
                 f"tool call arguments must be a JSON object, got {type(decoded).__name__}"
             )
+        # Escapes such as "\ud800" decode to text no tokenizer can encode.
+        _check_unicode(json.dumps(decoded, ensure_ascii=False), "tool call arguments")
         return value
 
     def arguments_dict(self) -> dict[str, Any]:
         """The arguments decoded into a dict."""
         decoded: dict[str, Any] = json.loads(self.arguments)
         return decoded
+
+
+def _check_unicode(text: str, what: str) -> None:
+    """Reject lone surrogates: they are not Unicode text, and tokenizers fail on them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        raise ValueError(
+            f"{what} contains a lone surrogate (U+{ord(bad):04X}) at position {exc.start}; "
+            "send valid Unicode text"
+        ) from None
 
 
 def _join_parts(value: Any) -> Any:
@@ -126,8 +145,12 @@ class Message(_Model):
 
     @model_validator(mode="after")
     def _metadata_one_line(self) -> Message:
-        if self.metadata is not None and ("\n" in self.metadata or "\r" in self.metadata):
-            raise ValueError("metadata must be a single line (it is the header line of a turn)")
+        if self.metadata is not None:
+            if "\n" in self.metadata or "\r" in self.metadata:
+                raise ValueError("metadata must be a single line (it is the header line of a turn)")
+            _check_unicode(self.metadata, "metadata")
+        if self.content:
+            _check_unicode(self.content, "content")
         return self
 
     @property
@@ -162,7 +185,9 @@ def _tool_call_from_openai(call: Mapping[str, Any]) -> dict[str, Any]:
         if call.get("id") is not None:
             out["id"] = call["id"]
         return out
-    return dict(call)
+    # ``raw`` is set only by chatfmt's parsers on the objects they create: raw text is rendered
+    # verbatim (tags included), so it must never come from a request or a file.
+    return {k: v for k, v in call.items() if k != "raw"}
 
 
 class Tool(_Model):
@@ -183,6 +208,12 @@ class Tool(_Model):
                 "a tool needs a non-empty 'name' (OpenAI shape: "
                 '{"type": "function", "function": {"name": ..., "parameters": ...}})'
             )
+        # Dialects write the definition into the prompt as JSON: it must be valid JSON text.
+        try:
+            text = json.dumps(self.definition, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"the tool definition is not valid JSON: {exc}") from None
+        _check_unicode(text, "the tool definition")
         return self
 
     @classmethod
@@ -264,29 +295,42 @@ def load_conversation(data: Any) -> Conversation:
     messages = data["messages"]
     if not isinstance(messages, list):
         raise ValidationError("'messages' must be a list")
-    tools_raw = data.get("tools") or []
-    if not isinstance(tools_raw, list):
+    return Conversation(
+        messages=tuple(from_openai(messages)), tools=_tools(data.get("tools") or [])
+    )
+
+
+def _tools(value: Any) -> tuple[Tool, ...]:
+    """Tool definitions, each checked; errors name the tool's index."""
+    if not isinstance(value, list | tuple):
         raise ValidationError("'tools' must be a list of tool definitions")
     tools: list[Tool] = []
-    for i, t in enumerate(tools_raw):
-        if not isinstance(t, Mapping):
+    for i, t in enumerate(value):
+        if not isinstance(t, Mapping | Tool):
             raise ValidationError(f"tool {i} must be an object, got {type(t).__name__}")
         try:
             tools.append(Tool.of(t))
         except ValueError as exc:
             raise ValidationError(f"tool {i}: {_first_error(exc)}") from None
-    return Conversation(messages=tuple(from_openai(messages)), tools=tuple(tools))
+    return tuple(tools)
 
 
 def as_conversation(
     value: Conversation | Sequence[Message | Mapping[str, Any]],
     tools: Sequence[Tool | Mapping[str, Any]] | None = None,
 ) -> Conversation:
-    """Coerce messages (objects or OpenAI dicts) and tools into a :class:`Conversation`."""
+    """Coerce messages (objects or OpenAI dicts) and tools into a :class:`Conversation`.
+
+    Raises :class:`~chatfmt.errors.ValidationError` naming what is wrong.
+    """
     if isinstance(value, Conversation):
         if tools is None:
             return value
-        return Conversation(messages=value.messages, tools=tuple(Tool.of(t) for t in tools))
+        return Conversation(messages=value.messages, tools=_tools(tools))
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+        raise ValidationError(
+            f"messages must be a list of messages, got {type(value).__name__}", rule="schema"
+        )
     msgs: list[Message]
     if not any(isinstance(m, Message) for m in value):
         msgs = from_openai(value)  # type: ignore[arg-type]
@@ -295,7 +339,7 @@ def as_conversation(
             m if isinstance(m, Message) else from_openai([m], first_index=i)[0]
             for i, m in enumerate(value)
         ]
-    return Conversation(messages=tuple(msgs), tools=tuple(Tool.of(t) for t in (tools or ())))
+    return Conversation(messages=tuple(msgs), tools=_tools(tools or []))
 
 
 def _first_error(exc: ValueError) -> str:

@@ -110,7 +110,18 @@ def _literal(node: ast.expr, depth: int) -> Any:
 
 
 def _constant(value: Any) -> Any:
-    if value is None or isinstance(value, bool | str | int):
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        # JSON readers (Python's own included) refuse integers past ~4,300 digits.
+        if value.bit_length() > 13_000:
+            raise PyCallError("integer literal too large")
+        return value
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PyCallError("string literal holds a lone surrogate (not valid Unicode)") from None
         return value
     if isinstance(value, float):
         if not math.isfinite(value):

@@ -33,6 +33,12 @@ def check_tool_pairing(conv: Conversation, *, strict: bool = True) -> None:
                     rule="tool-pairing",
                 )
             for c in m.tool_calls:
+                if c.id in open_calls and strict:
+                    raise ValidationError(
+                        f"two tool calls share the id {c.id!r}; give each call its own id",
+                        index=i,
+                        rule="tool-pairing",
+                    )
                 open_calls[c.id] = i
         elif m.role in ("tool", "observation"):
             if m.tool_call_id is not None:
@@ -48,6 +54,13 @@ def check_tool_pairing(conv: Conversation, *, strict: bool = True) -> None:
             elif open_calls:
                 # Results without ids answer the oldest open call, as ChatGLM3 history does.
                 del open_calls[next(iter(open_calls))]
+            elif strict and not _follows_history_call(conv, i):
+                raise ValidationError(
+                    f"{m.role} result without a tool call to answer; a result must follow an "
+                    "assistant message that calls a tool",
+                    index=i,
+                    rule="tool-pairing",
+                )
         elif m.role in ("user", "system") and open_calls and strict:
             pending = ", ".join(sorted(open_calls))
             raise ValidationError(
@@ -56,6 +69,15 @@ def check_tool_pairing(conv: Conversation, *, strict: bool = True) -> None:
                 index=i,
                 rule="tool-pairing",
             )
+
+
+def _follows_history_call(conv: Conversation, index: int) -> bool:
+    """Whether the results before ``index`` follow an assistant turn written as a call in
+    ChatGLM3's history form (metadata = tool name or ``interpreter``, the call in the text)."""
+    j = index - 1
+    while j >= 0 and conv.messages[j].role in ("tool", "observation"):
+        j -= 1
+    return j >= 0 and conv.messages[j].role == "assistant" and bool(conv.messages[j].metadata)
 
 
 def check_tool_calls_only_on_assistant(conv: Conversation) -> None:

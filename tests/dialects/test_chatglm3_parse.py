@@ -618,3 +618,10 @@ def test_stream_is_linear_in_new_text() -> None:
 
     small, big = timed(2_000), timed(20_000)
     assert big < small * 30  # linear would be ~10x; quadratic ~100x
+
+
+def test_huge_integer_argument_degrades_to_text() -> None:
+    d = ChatGLM3()
+    out = "get_weather\n```python\ntool_call(a=0x" + "f" * 4000 + ")\n```"
+    result = d.parse(out)
+    assert not result.tool_calls and result.warnings

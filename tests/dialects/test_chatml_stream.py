@@ -527,3 +527,16 @@ def test_deep_nesting_never_raises() -> None:
     assert r.content == '{"a": ' * 5000 and r.tool_calls == []
     r = whole('{"name": "f", "arguments": "' + "[" * 5000 + '"}')
     assert r.tool_calls == []
+
+
+def test_huge_number_in_arguments_never_contradicts_the_stream() -> None:
+    from chatfmt.dialects.chatml import Qwen25
+
+    out = '<tool_call>\n{"name": "f", "arguments": {"n": ' + "9" * 5000 + "}}\n</tool_call>"
+    p = Qwen25().stream_parser()
+    events = [e for k in range(0, len(out), 7) for e in p.feed(out[k : k + 7])]
+    events += p.finish()
+    streamed = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta))
+    result = p.result()
+    assert result.tool_calls[0].arguments == streamed
+    assert result.warnings

@@ -49,6 +49,8 @@ _TOOLS_TAIL = (
     "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
 )
+#: Longest number accepted in tool arguments (json.loads rejects ints past 4,300 digits).
+_MAX_NUMBER_CHARS = 4000
 _START = Control(IM_START)
 _END = Control(IM_END)
 _NEWLINE = Text("\n")
@@ -463,8 +465,12 @@ class _CallScanner:
             if c in _NUM_CHARS:
                 self._number.append(c)
                 return True
-            if not _NUMBER.match("".join(self._number)):
-                return self._fail(f"invalid number {''.join(self._number)!r}")
+            number = "".join(self._number)
+            if not _NUMBER.match(number):
+                return self._fail(f"invalid number {number[:40]!r}")
+            if len(number) > _MAX_NUMBER_CHARS:
+                # Python's json refuses to read such integers back; stop before streaming it.
+                return self._fail(f"a number of {len(number)} characters is too long")
             self._end_value()
             return self._step(c)
         if st == _LITERAL:
