@@ -129,3 +129,20 @@ def test_text_streams_as_deltas(qwen) -> None:  # type: ignore[no-untyped-def]
     ]
     assert len(deltas) > 1
     assert "".join(d.text for d in deltas) == "Hello there, how can I help?"
+
+
+def test_a_failing_interpreter_is_an_observation(small_glm) -> None:  # type: ignore[no-untyped-def]
+    from chatfmt.errors import InterpreterError
+
+    class Broken:
+        def execute(self, code: str, timeout: float | None = None) -> FakeResult:
+            raise InterpreterError("the kernel failed to restart")
+
+    script = ["interpreter\n```python\n1\n```<|observation|>", "\nSorry.<|user|>"]
+    agent = Agent(
+        FakeEngine(small_glm, script), chatfmt.get_dialect("chatglm3"), interpreter=Broken()
+    )
+    result = asyncio.run(agent.run([{"role": "user", "content": "run"}]))
+    obs = next(m for m in result.conversation.messages if m.role == "tool")
+    assert "InterpreterError: the kernel failed to restart" in (obs.content or "")
+    assert result.answer == "Sorry."

@@ -61,3 +61,23 @@ def test_chat_survives_engine_failure(qwen) -> None:  # type: ignore[no-untyped-
     )
     assert "error:" in out.getvalue() and "failed as scripted" in out.getvalue()
     assert history == []
+
+
+def test_model_text_cannot_inject_markup_or_escapes(qwen) -> None:  # type: ignore[no-untyped-def]
+    script = [
+        '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>',
+        "[/b] [link=file:///etc/passwd]x[/link] \x1b[2J done<|im_end|>",
+    ]
+    engine = FakeEngine(qwen, script)
+    lines = iter(["go", "/exit"])
+    out = io.StringIO()
+    run_chat(
+        engine,
+        chatfmt.get_dialect("qwen2.5"),
+        tools=ToolRegistry([add]),
+        console=Console(file=out, width=100, color_system=None),
+        read_line=lambda _prompt: next(lines),
+    )
+    shown = out.getvalue()
+    assert "[/b] [link=file:///etc/passwd]x[/link]" in shown
+    assert "\x1b" not in shown and "done" in shown

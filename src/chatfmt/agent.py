@@ -201,7 +201,10 @@ class Agent:
             seen.update(keys)
             for call in calls:
                 yield ToolStarted(call)
-                observation, ok, images = await self._run_call(call)
+                try:
+                    observation, ok, images = await self._run_call(call)
+                except Exception as exc:  # a runner that fails is an observation, not the end
+                    observation, ok, images = f"Error: {type(exc).__name__}: {exc}", False, ()
                 yield ToolFinished(call, observation, ok, images)
                 msg = Message(
                     role="tool", content=observation, tool_call_id=call.id, name=call.name

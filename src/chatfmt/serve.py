@@ -56,6 +56,16 @@ def build_engine(
     raise ChatFmtError(f"unknown engine {engine!r}; use 'local' or 'remote'")
 
 
+def trusted_hosts(host: str) -> list[str] | None:
+    """Host headers the server answers. A server on loopback answers only loopback names:
+    otherwise a web page could rebind its own domain to 127.0.0.1 and, being "same-origin",
+    drive the API and the code interpreter. ``None`` (any) for a wildcard bind, which is
+    reachable by name from elsewhere anyway: protect that one with ``--api-key``."""
+    if host in ("0.0.0.0", "::", ""):
+        return None
+    return sorted({host, "127.0.0.1", "localhost", "::1", "[::1]"})
+
+
 def default_dialect(model: str) -> Dialect:
     """qwen2.5 for the embedded default model, plain ChatML otherwise."""
     return get_dialect("qwen2.5" if model == "default" else "chatml")
@@ -113,6 +123,11 @@ def run_server(
         app = create_app(eng, chosen, model_name=name, api_key=api_key)
         if configure is not None:
             configure(app, eng, chosen)
+        hosts = trusted_hosts(host)
+        if hosts is not None:
+            from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+            app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve())

@@ -1,12 +1,14 @@
 """``chatfmt chat``: an interactive terminal chat over the agent loop, rendered with rich.
 
 Replies stream as they are generated; tool calls and interpreter cells are shown with their
-results. ``/reset`` starts over, ``/exit`` (or end of input) quits.
+results. ``/reset`` starts over, ``/exit`` (or end of input) quits. Text from the model and from
+tools is shown as plain text: no rich markup and no terminal control sequences get through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +18,50 @@ from .dialects.base import Dialect
 from .engines.base import Engine, SamplingParams
 from .events import TextDelta
 from .messages import INTERPRETER, Message
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """Model and tool text without terminal control sequences (it must not drive the terminal)."""
+    return _CONTROL.sub("", text)
+
+
+class _View:
+    """Prints agent events to a rich console, every untrusted string as plain text."""
+
+    def __init__(self, console: Any) -> None:
+        self.con = console
+        self.Text = require("rich.text", extra="cli").Text
+        self.Panel = require("rich.panel", extra="cli").Panel
+        self.Syntax = require("rich.syntax", extra="cli").Syntax
+
+    def plain(self, text: str, style: str = "") -> Any:
+        return self.Text(_printable(text), style=style)
+
+    def prompt(self) -> None:
+        self.con.print("[bold green]assistant›[/bold green] ", end="")
+
+    def show(self, item: object) -> None:
+        if isinstance(item, ModelEvent) and isinstance(item.event, TextDelta):
+            self.con.print(self.plain(item.event.text), end="")
+        elif isinstance(item, ToolStarted):
+            call = item.call
+            if call.name == INTERPRETER:
+                code = _printable(str(call.arguments_dict().get("code", "")))
+                body: Any = self.Syntax(code, "python", theme="ansi_dark")
+            else:
+                body = self.plain(f"{call.name}({call.arguments})")
+            self.con.print()
+            self.con.print(self.Panel(body, title=self.plain(f"call · {call.name}"), expand=False))
+        elif isinstance(item, ToolFinished):
+            style = "green" if item.ok else "red"
+            self.con.print(
+                self.Panel(
+                    self.plain(item.observation), title="result", border_style=style, expand=False
+                )
+            )
+            self.prompt()
 
 
 def run_chat(
@@ -29,11 +75,9 @@ def run_chat(
     read_line: Callable[[str], str] | None = None,
     max_tokens: int = 1024,
 ) -> list[Message]:
-    """Chat until ``/exit`` or end of input; returns the conversation."""
-    rich_console = require("rich.console", extra="cli")
-    panel = require("rich.panel", extra="cli")
-    syntax = require("rich.syntax", extra="cli")
-    con = console or rich_console.Console()
+    """Chat until ``/exit`` or end of input; returns the conversation. Closes the engine."""
+    con = console or require("rich.console", extra="cli").Console()
+    view = _View(con)
     ask = read_line or (lambda prompt: str(con.input(prompt)))
     agent = Agent(
         engine,
@@ -42,64 +86,55 @@ def run_chat(
         interpreter=interpreter,
         params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
     )
+
+    async def turn(conversation: list[Message]) -> AgentResult | None:
+        result = None
+        view.prompt()
+        async for item in agent.stream(conversation):
+            if isinstance(item, AgentResult):
+                result = item
+            else:
+                view.show(item)
+        con.print()
+        return result
+
     start: list[Message] = [Message(role="system", content=system)] if system else []
     history = list(start)
     con.print(f"[dim]chatfmt chat · {engine.name} · {dialect.name} · /reset, /exit[/dim]")
-    while True:
-        try:
-            line = ask("[bold cyan]you›[/bold cyan] ")
-        except EOFError:
-            break
-        text = line.strip()
-        if text in ("/exit", "/quit"):
-            break
-        if text == "/reset":
-            history = list(start)
-            con.print("[dim]conversation cleared[/dim]")
-            continue
-        if not text:
-            continue
-        history.append(Message(role="user", content=text))
-
-        async def turn(conversation: list[Message]) -> AgentResult | None:
-            result = None
-            con.print("[bold green]assistant›[/bold green] ", end="")
-            async for item in agent.stream(conversation):
-                if isinstance(item, AgentResult):
-                    result = item
-                elif isinstance(item, ModelEvent) and isinstance(item.event, TextDelta):
-                    con.print(item.event.text, end="", markup=False, highlight=False)
-                elif isinstance(item, ToolStarted):
-                    call = item.call
-                    if call.name == INTERPRETER:
-                        code = str(call.arguments_dict().get("code", ""))
-                        body: Any = syntax.Syntax(code, "python", theme="ansi_dark")
-                    else:
-                        body = f"{call.name}({call.arguments})"
-                    con.print()
-                    con.print(panel.Panel(body, title=f"call · {call.name}", expand=False))
-                elif isinstance(item, ToolFinished):
-                    style = "green" if item.ok else "red"
-                    con.print(
-                        panel.Panel(
-                            item.observation, title="result", border_style=style, expand=False
-                        ),
-                        markup=False,
-                    )
-                    con.print("[bold green]assistant›[/bold green] ", end="")
-            con.print()
-            return result
-
-        try:
-            result = asyncio.run(turn(history))
-        except KeyboardInterrupt:
-            con.print("\n[dim]interrupted[/dim]")
-            history.pop()
-            continue
-        except Exception as exc:  # engine or runtime failure: report, keep the chat alive
-            con.print(f"\n[red]error:[/red] {exc}", markup=True)
-            history.pop()
-            continue
-        if result is not None:
-            history = list(result.conversation.messages)
+    # One event loop for the whole session: engines keep their connections per loop.
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                line = ask("[bold cyan]you›[/bold cyan] ")
+            except EOFError:
+                break
+            text = line.strip()
+            if text in ("/exit", "/quit"):
+                break
+            if text == "/reset":
+                history = list(start)
+                con.print("[dim]conversation cleared[/dim]")
+                continue
+            if not text:
+                continue
+            history.append(Message(role="user", content=text))
+            task = loop.create_task(turn(history))
+            try:
+                result = loop.run_until_complete(task)
+            except KeyboardInterrupt:
+                task.cancel()
+                loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+                con.print("\n[dim]interrupted[/dim]")
+                history.pop()
+                continue
+            except Exception as exc:  # engine or runtime failure: report, keep the chat alive
+                con.print(view.Text("\nerror: ", style="red") + view.plain(str(exc)))
+                history.pop()
+                continue
+            if result is not None:
+                history = list(result.conversation.messages)
+    finally:
+        loop.run_until_complete(engine.aclose())
+        loop.close()
     return history

@@ -81,6 +81,23 @@ def test_openai_client_against_chatfmt_serve(served: str) -> None:
     assert reply.usage is not None and reply.usage.prompt_tokens > 0
 
 
+def test_foreign_host_names_are_refused(served: str) -> None:
+    # DNS rebinding: a page on another domain re-pointed at 127.0.0.1 sends its own Host.
+    import httpx
+
+    for path in ("/health", "/"):
+        r = httpx.get(served + path, headers={"Host": "attacker.example"}, timeout=10)
+        assert r.status_code == 400
+    r = httpx.post(
+        served + "/api/agent",
+        headers={"Host": "attacker.example:80", "Origin": "http://attacker.example:80"},
+        json={"messages": [{"role": "user", "content": "hi"}], "mode": "interpreter"},
+        timeout=10,
+    )
+    assert r.status_code == 400
+    assert httpx.get(served + "/health", timeout=10).status_code == 200
+
+
 def test_web_chat_of_chatfmt_serve(browser: Browser, served: str) -> None:  # noqa: F811
     from chatfmt.models import DEFAULT_MODEL_NAME
 
