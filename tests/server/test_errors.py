@@ -178,3 +178,20 @@ def test_fuzzed_requests_never_5xx(
     assert r.status_code < 500, r.text
     if r.status_code >= 400:
         assert_openai_error(r, r.status_code)
+
+
+def test_deeply_nested_json_is_a_400(make_fake, qwen_dialect) -> None:  # type: ignore[no-untyped-def]
+    from test_chat_fake import request
+
+    from chatfmt.server import create_app
+
+    app = create_app(make_fake(), qwen_dialect, model_name="m")
+    deep = '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    r = request(
+        app,
+        "POST",
+        "/v1/chat/completions",
+        content=deep,
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"

@@ -111,6 +111,12 @@ async def test_page_and_static_files(tok: Tokenizer) -> None:
     # HTML is only ever assigned from the escaping Markdown renderer.
     assignments = re.findall(r"(?:inner|outer)HTML\s*=\s*([^;]*)", js.text)
     assert assignments and all(a.startswith("renderMarkdown(") for a in assignments)
+    # The page is also reachable as a static file: it keeps its protections there.
+    async with client(app) as c:
+        static_page = await c.get("/static/index.html")
+    for r in (page, static_page, js):
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+        assert r.headers["x-frame-options"] == "DENY"
 
 
 async def test_info(tok: Tokenizer) -> None:
@@ -323,6 +329,11 @@ async def test_agent_errors(tok: Tokenizer) -> None:
         r = await post_agent(app, **body)
         assert r.status_code == status, (body, r.text)
         assert word in r.json()["error"]["message"], (body, r.text)
+    deep = '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    async with client(app) as c:
+        for path in ("/api/agent", "/api/count"):
+            r = await c.post(path, content=deep, headers={"content-type": "application/json"})
+            assert r.status_code == 400, r.text
 
 
 async def test_agent_rejects_cross_site_posts(tok: Tokenizer) -> None:

@@ -35,7 +35,8 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     """The request body as a :class:`ChatCompletionRequest`, or a 400 naming the problem."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # RecursionError: JSON nested deeper than the parser goes is bad input, not a crash.
         raise ApiError(
             400, f"the request body is not valid JSON: {exc}", code="invalid_json"
         ) from None

@@ -86,7 +86,19 @@ _SECURITY_HEADERS = {
     "Content-Security-Policy": _CSP,
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
 }
+
+
+class _SecureStatic(StaticFiles):
+    """Static files with the page's security headers: ``/static/index.html`` is the page too."""
+
+    async def get_response(self, path: str, scope: Any) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(_SECURITY_HEADERS)
+        return response
+
+
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 
 Mode = Literal["chat", "tools", "interpreter"]
@@ -635,7 +647,7 @@ def mount_web(
             return None
         return _error(401, "this server needs an API key", "invalid_api_key")
 
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="chatfmt-web-static")
+    app.mount("/static", _SecureStatic(directory=STATIC_DIR), name="chatfmt-web-static")
 
     @app.get("/", include_in_schema=False)
     async def page() -> Response:
@@ -666,7 +678,7 @@ def mount_web(
             return rejected
         try:
             body = CountRequest.model_validate(await request.json())
-        except (ValueError, json.JSONDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:
             return _error(400, f"bad request body: {exc}")
         defs = body.tools if body.tools is not None else tools_for(body.mode)
 
@@ -695,7 +707,7 @@ def mount_web(
             return rejected
         try:
             body = AgentRequest.model_validate(await request.json())
-        except (ValueError, json.JSONDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:
             return _error(400, f"bad request body: {exc}")
         problem = mode_problem(body.mode)
         if problem is not None:
