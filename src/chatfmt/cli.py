@@ -248,6 +248,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise MissingDependencyError(
             f"the server is not available ({exc}); install it with `pip install 'chatfmt[all]'`"
         ) from None
+    if args.api_key is not None and not args.api_key.strip():
+        _fail("--api-key is empty; give a secret, or leave the option out for no key")
     tools = load_tools_file(args.tools) if args.tools else None
 
     def configure(app: Any, engine: Any, dialect: Dialect) -> None:

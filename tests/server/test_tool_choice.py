@@ -83,3 +83,65 @@ def test_chatglm3_named_call_writes_the_metadata_line(small_glm) -> None:  # typ
     prompt = engine.prompts[0]
     line = small_glm.encode_text("get_weather\n")
     assert prompt[-len(line) - 1 :] == [small_glm.control_id("<|assistant|>"), *line]
+
+
+TWO_CALLS = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "other", "arguments": {}}\n</tool_call><|im_end|>'
+)
+
+
+def test_undeclared_tools_come_back_as_text(make_fake, qwen_dialect) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_fake([TWO_CALLS]), qwen_dialect, model_name="m")
+    body = chat(app, _body("auto")).json()
+    message = body["choices"][0]["message"]
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+    assert '"name": "other"' in message["content"]
+    events, _ = parse_sse(chat(app, _body("auto", stream=True)).text)
+    names = [
+        c["function"]["name"]
+        for e in events
+        if e["choices"]
+        for c in e["choices"][0]["delta"].get("tool_calls", [])
+        if "function" in c and c["function"].get("name")
+    ]
+    assert names == ["get_weather"]
+
+
+def test_named_choice_and_parallel_false_keep_one_call(make_fake, qwen_dialect) -> None:  # type: ignore[no-untyped-def]
+    two_weather = TWO_CALLS.replace('"other"', '"get_weather"')
+    for extra in (
+        {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        {"tool_choice": "auto", "parallel_tool_calls": False},
+    ):
+        engine = make_fake(
+            [two_weather.removeprefix('<tool_call>\n{"name": "get_weather", "arguments": ')]
+            if "function" in str(extra)
+            else [two_weather]
+        )
+        app = create_app(engine, qwen_dialect, model_name="m")
+        body = chat(app, {"messages": USER_HI, "tools": [WEATHER_TOOL], **extra}).json()
+        assert len(body["choices"][0]["message"]["tool_calls"]) == 1, body
+
+
+def test_tool_choice_none_returns_no_calls(make_fake, qwen_dialect) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_fake([TWO_CALLS]), qwen_dialect, model_name="m")
+    body = chat(app, _body("none")).json()
+    choice = body["choices"][0]
+    assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "stop"
+    assert '"name": "get_weather"' in choice["message"]["content"]
+
+
+def test_stop_string_inside_arguments_drops_the_call(make_fake, qwen_dialect) -> None:  # type: ignore[no-untyped-def]
+    reply = (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+        "\n</tool_call><|im_end|>"
+    )
+    app = create_app(make_fake([reply]), qwen_dialect, model_name="m")
+    body = chat(app, _body("auto", stop="celsius")).json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert "tool_calls" not in choice["message"]
+    events, done = parse_sse(chat(app, _body("auto", stop="celsius", stream=True)).text)
+    assert done
+    assert events[-1]["choices"][0]["finish_reason"] == "stop"

@@ -21,11 +21,11 @@ import anyio
 from ..dialects.base import Dialect
 from ..engines.base import Engine, EngineUnavailableError, GenerationChunk, SamplingParams
 from ..errors import ChatFmtError, EngineError, ValidationError
-from ..events import Event, Finish, TextDelta, ToolCallDelta, ToolCallStart
+from ..events import Event, Finish, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from ..messages import Conversation, Tool, from_openai
 from ..segments import Block, BlockEncoder, Control, Segment
 from ..tokenizers.base import Piece, Tokenizer
-from .schemas import ChatCompletionRequest
+from .schemas import ChatCompletionRequest, NamedToolChoice
 
 #: Requests with less message text than this are rendered on the event loop: a thread hop
 #: costs more than encoding a few thousand characters (tens of microseconds).
@@ -117,6 +117,82 @@ class StopMatcher:
         return rest
 
 
+class CallPolicy:
+    """Which parsed tool calls a response may carry, applied to the event stream.
+
+    A call of a tool the request did not declare, or one past ``max_calls`` (a named
+    ``tool_choice`` or ``parallel_tool_calls: false``), is not returned as a call: its JSON is
+    given as text instead, so nothing the model wrote is lost. A call that a stop string cut
+    off is dropped (its arguments are incomplete), and a turn whose calls were all removed
+    finishes with ``stop``, so no client runs a call the model did not finish. Kept calls are
+    numbered from 0 in the response.
+    """
+
+    def __init__(self, allowed: frozenset[str] | None = None, max_calls: int | None = None):
+        self.allowed = allowed
+        self.max_calls = max_calls
+        self._index: dict[int, int | None] = {}  # parser index → response index (None: demoted)
+        self._demoted: dict[int, list[str]] = {}  # parser index → [name, arguments so far]
+        self._open: set[int] = set()
+        self._cut: set[int] = set()
+        self._ids: dict[int, str] = {}
+        self.kept_ids: set[str] = set()
+        self.demoted_text: list[str] = []
+
+    def cut_open_calls(self) -> None:
+        """A stop string ended the output inside the calls now open: drop them."""
+        self._cut |= self._open
+        for i in self._open:
+            self.kept_ids.discard(self._ids.get(i, ""))
+
+    def filter(self, events: list[Event]) -> list[Event]:
+        out: list[Event] = []
+        for ev in events:
+            if isinstance(ev, ToolCallStart):
+                ok = self.allowed is None or ev.name in self.allowed
+                if ok and (self.max_calls is None or len(self._ids) < self.max_calls):
+                    index = len(self._ids)
+                    self._index[ev.index] = index
+                    self._ids[ev.index] = ev.id
+                    self.kept_ids.add(ev.id)
+                    self._open.add(ev.index)
+                    out.append(ToolCallStart(index, ev.id, ev.name))
+                else:
+                    self._index[ev.index] = None
+                    self._demoted[ev.index] = [ev.name, ""]
+            elif isinstance(ev, ToolCallDelta | ToolCallEnd):
+                out.extend(self._call_event(ev))
+            elif isinstance(ev, Finish):
+                reason = ev.reason
+                if reason == "tool_calls" and not self.kept_ids:
+                    reason = "stop"
+                out.append(Finish(reason))
+            else:
+                out.append(ev)
+        return out
+
+    def _call_event(self, ev: ToolCallDelta | ToolCallEnd) -> list[Event]:
+        if ev.index in self._cut:
+            return []
+        target = self._index.get(ev.index)
+        if target is None:
+            demoted = self._demoted.get(ev.index)
+            if demoted is None:
+                return []
+            if isinstance(ev, ToolCallDelta):
+                demoted[1] += ev.arguments
+                return []
+            del self._demoted[ev.index]
+            text = f'{{"name": {json.dumps(demoted[0], ensure_ascii=False)}, "arguments": '
+            text += f"{demoted[1] or '{}'}}}"
+            self.demoted_text.append(text)
+            return [TextDelta(text)]
+        if isinstance(ev, ToolCallDelta):
+            return [ToolCallDelta(target, ev.arguments)]
+        self._open.discard(ev.index)
+        return [ToolCallEnd(target)]
+
+
 class TurnDecoder:
     """Generated ids → parser events, for one assistant turn.
 
@@ -131,12 +207,14 @@ class TurnDecoder:
         dialect: Dialect,
         stop_ids: frozenset[int],
         stop_strings: Iterable[str] = (),
+        policy: CallPolicy | None = None,
     ) -> None:
         self._decoder = tokenizer.decoder()
         self.parser = dialect.stream_parser()
         self._stop_ids = stop_ids
         stops = tuple(stop_strings)
         self._matcher = StopMatcher(stops) if stops else None
+        self.policy = policy or CallPolicy()
         self.done = False
 
     def prefill(self, pieces: Iterable[Piece]) -> list[Event]:
@@ -144,7 +222,7 @@ class TurnDecoder:
         events: list[Event] = []
         for piece in pieces:
             events.extend(self.parser.feed(piece))
-        return events
+        return self.policy.filter(events)
 
     def feed(self, token_id: int) -> list[Event]:
         if self.done:
@@ -171,9 +249,12 @@ class TurnDecoder:
                     events.extend(self.parser.feed(text))
                 if hit:
                     self._matcher = None
-                    events.extend(self._finish_parser("stop"))
-                    return events
-        return events
+                    # Filter what came before the stop first, so the policy knows which calls
+                    # the stop string cut off.
+                    before = self.policy.filter(events)
+                    self.policy.cut_open_calls()
+                    return before + self.policy.filter(self._finish_parser("stop"))
+        return self.policy.filter(events)
 
     def finish(self, reason: Literal["stop", "length"]) -> list[Event]:
         """End of generation: flush what is buffered and finish the parse."""
@@ -182,12 +263,13 @@ class TurnDecoder:
         events = self._pieces(self._decoder.flush())
         if self.done:
             return events
+        tail: list[Event] = []
         if self._matcher is not None:
             held = self._matcher.flush()
             if held:
-                events.extend(self.parser.feed(held))
-        events.extend(self._finish_parser(reason))
-        return events
+                tail.extend(self.parser.feed(held))
+        tail.extend(self._finish_parser(reason))
+        return events + self.policy.filter(tail)
 
     def _finish_parser(self, reason: Literal["stop", "length"]) -> list[Event]:
         self.done = True
@@ -205,6 +287,12 @@ class Prepared:
     include_usage: bool
     #: What the prompt ends with to force a tool call (``tool_choice``), as the parser reads it.
     prefill: tuple[Piece, ...] = ()
+    #: Tools the reply may call (``None``: any) and how many calls it may make.
+    allowed_calls: frozenset[str] | None = None
+    max_calls: int | None = None
+
+    def policy(self) -> CallPolicy:
+        return CallPolicy(self.allowed_calls, self.max_calls)
 
 
 def _deltas(events: list[Event]) -> list[tuple[dict[str, Any], str | None]]:
@@ -347,7 +435,13 @@ class ChatService:
             else s.text
             for s in prefill
         )
-        return Prepared(ids, params, stops, req.stream, include_usage, pieces)
+        choice = req.tool_choice
+        declared = frozenset(Tool(definition=d).name for d in req.tools or ())
+        allowed = frozenset() if choice == "none" else declared
+        single = isinstance(choice, NamedToolChoice) or req.parallel_tool_calls is False
+        return Prepared(
+            ids, params, stops, req.stream, include_usage, pieces, allowed, 1 if single else None
+        )
 
     def _forced_call(self, req: ChatCompletionRequest, tools: list[Tool]) -> tuple[Segment, ...]:
         """``tool_choice`` "required" or a named function: the dialect's call opening, so the
@@ -394,7 +488,9 @@ class ChatService:
 
     async def complete(self, prep: Prepared) -> dict[str, Any]:
         """A whole ``chat.completion`` response body."""
-        turn = TurnDecoder(self.tokenizer, self.dialect, self.stop_ids, prep.stop_strings)
+        turn = TurnDecoder(
+            self.tokenizer, self.dialect, self.stop_ids, prep.stop_strings, prep.policy()
+        )
         turn.prefill(prep.prefill)
         n_completion = 0
         finish = "stop"
@@ -415,8 +511,10 @@ class ChatService:
         finally:
             await stream.aclose()
         result = turn.parser.result()
-        message: dict[str, Any] = {"role": "assistant", "content": result.content}
-        calls = result.tool_calls
+        policy = turn.policy
+        content = "".join([result.content or "", *policy.demoted_text]) or None
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        calls = [c for c in result.tool_calls if c.id in policy.kept_ids]
         if calls:
             message["tool_calls"] = [
                 {
@@ -496,7 +594,9 @@ class ChatService:
                 obj["usage"] = None
             return _sse(obj)
 
-        turn = TurnDecoder(self.tokenizer, self.dialect, self.stop_ids, prep.stop_strings)
+        turn = TurnDecoder(
+            self.tokenizer, self.dialect, self.stop_ids, prep.stop_strings, prep.policy()
+        )
         n_completion = 0
         try:
             yield chunk({"role": "assistant", "content": ""}, None)
