@@ -230,7 +230,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     tools = load_tools_file(args.tools) if args.tools else None
     dialect = get_dialect(args.dialect) if args.dialect else default_dialect(args.model)
-    engine = build_engine(args.model, engine=args.engine, engine_url=args.engine_url)
+    engine = build_engine(
+        args.model,
+        engine=args.engine,
+        engine_url=args.engine_url,
+        tokenizer=args.tokenizer,
+        api_key_remote=args.engine_api_key,
+        n_ctx=args.n_ctx,
+    )
     if args.interpreter:
         from .interpreter import JupyterInterpreter
 
@@ -289,6 +296,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         api_key=args.api_key,
+        tokenizer=args.tokenizer,
+        engine_api_key=args.engine_api_key,
+        n_ctx=args.n_ctx,
         n_threads=args.threads,
         configure=None if args.no_web else configure,
     )
@@ -325,6 +335,13 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
     _add_dialect(p, required=False)
     p.add_argument("--engine", choices=["local", "remote"], default="local")
     p.add_argument("--engine-url", help="base URL of a remote /v1/completions server")
+    p.add_argument("--engine-api-key", help="bearer token for the remote engine")
+    p.add_argument(
+        "--tokenizer",
+        help="the served model's vocabulary for a remote engine (default: qwen2.5 for the "
+        "default model, else the --model path)",
+    )
+    p.add_argument("--n-ctx", type=int, help="context length (default: the model's, max 4096)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -86,6 +86,7 @@ def run_server(
     api_key: str | None = None,
     *,
     tokenizer: str | None = None,
+    engine_api_key: str | None = None,
     n_ctx: int | None = None,
     n_threads: int | None = None,
     log_level: str = "warning",
@@ -111,6 +112,7 @@ def run_server(
         engine=engine,
         engine_url=engine_url,
         tokenizer=tokenizer,
+        api_key_remote=engine_api_key,
         n_ctx=n_ctx,
         n_threads=n_threads,
     )
