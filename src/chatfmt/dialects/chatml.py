@@ -54,6 +54,7 @@ _MAX_NUMBER_CHARS = 4000
 _START = Control(IM_START)
 _END = Control(IM_END)
 _NEWLINE = Text("\n")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _TAG_SPLIT = re.compile("(<tool_call>|</tool_call>)")
 # A name is pasted between quotes by the template, so it must not need JSON escaping.
 _BAD_NAME = re.compile(r'["\\\x00-\x1f]')
@@ -61,7 +62,9 @@ _BAD_NAME = re.compile(r'["\\\x00-\x1f]')
 
 def _tojson(arguments: str) -> str:
     """The template's ``tool_call.arguments | tojson`` for arguments given as an object."""
-    return json.dumps(json.loads(arguments), ensure_ascii=False)
+    text = json.dumps(json.loads(arguments), ensure_ascii=False)
+    # A lone surrogate (from a "\ud800" escape) is not text a tokenizer can take: keep it escaped.
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class _Builder:
