@@ -539,7 +539,7 @@ def test_stream_equals_whole_and_reference(output: str, cuts: list[int], reason:
     assert summary(whole) == reference_parse(output)
 
 
-@given(OUTPUTS)
+@given(OUTPUTS.filter(lambda s: "\u2581" not in s))  # U+2581 decodes to " " (see TEXT)
 def test_ids_equal_text(glm: SentencePieceTokenizer, output: str) -> None:
     ids: list[int] = []
     # One SentencePiece call per run between control tokens, as a model's output decodes.
