@@ -16,6 +16,7 @@ from chatfmt.dialects.chatml import Qwen25
 from chatfmt.errors import ValidationError
 from chatfmt.messages import Conversation, ToolCall, load_conversation
 from chatfmt.segments import Control, Text
+from chatfmt.tokenizers.tiktoken import QWEN25_ADDED_TOKENS
 
 TESTS = Path(__file__).resolve().parent.parent
 GOLDEN = TESTS / "golden"
@@ -23,30 +24,7 @@ REFERENCE = TESTS.parent.parent / "shared" / "reference"
 TEMPLATE_PATH = REFERENCE / "qwen2.5_chat_template.jinja"
 GOLDEN_DIR = GOLDEN / "qwen2.5"
 UPDATE = os.environ.get("CHATFMT_UPDATE_GOLDEN") == "1"
-QWEN_CONTROLS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
-)
+QWEN_CONTROLS = QWEN25_ADDED_TOKENS  # checked against the reference file in tests/tokenizers
 
 
 # ==== The reference: the official template, rendered the way transformers does ====

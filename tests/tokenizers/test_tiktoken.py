@@ -73,6 +73,14 @@ def test_qwen_added_tokens(qwen) -> None:  # type: ignore[no-untyped-def]
     assert qwen.vocab_size == 151936
 
 
+def test_qwen_added_tokens_equal_the_reference(qwen, qwen_tokenizer_json) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    added = json.loads(qwen_tokenizer_json.read_text(encoding="utf-8"))["added_tokens"]
+    assert {t["content"]: t["id"] for t in added} == dict(qwen.controls)
+    assert tuple(t["content"] for t in sorted(added, key=lambda t: t["id"])) == QWEN25_ADDED_TOKENS
+
+
 def test_missing_control_names_the_fix(cl100k) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(TokenizerError, match="no control token '<tool_call>'"):
         cl100k.control_id("<tool_call>")

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
@@ -105,6 +105,9 @@ Mode = Literal["chat", "tools", "interpreter"]
 
 
 # ==== Request bodies ====
+
+
+_Body = TypeVar("_Body", bound=BaseModel)
 
 
 class CountRequest(BaseModel):
@@ -671,15 +674,21 @@ def mount_web(
             }
         )
 
-    @app.post("/api/count")
-    async def count(request: Request) -> Response:
+    async def read_post(request: Request, model: type[_Body]) -> _Body | Response:
+        """The checked body of a POST to ``/api/*``, or the error response to send."""
         rejected = _check_post(request) or unauthorized(request)
         if rejected is not None:
             return rejected
         try:
-            body = CountRequest.model_validate(await request.json())
-        except (ValueError, RecursionError) as exc:
+            return model.model_validate(await request.json())
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
             return _error(400, f"bad request body: {exc}")
+
+    @app.post("/api/count")
+    async def count(request: Request) -> Response:
+        body = await read_post(request, CountRequest)
+        if isinstance(body, Response):
+            return body
         defs = body.tools if body.tools is not None else tools_for(body.mode)
 
         def run() -> int:
@@ -694,21 +703,15 @@ def mount_web(
 
         try:
             tokens = await asyncio.to_thread(run)
-        except ChatFmtError as exc:
-            return _error(400, str(exc))
-        except ValueError as exc:  # a malformed tool definition
+        except (ChatFmtError, ValueError) as exc:  # ValueError: a malformed tool definition
             return _error(400, str(exc))
         return JSONResponse({"tokens": tokens, "context": engine.context_length})
 
     @app.post("/api/agent")
     async def agent(request: Request) -> Response:
-        rejected = _check_post(request) or unauthorized(request)
-        if rejected is not None:
-            return rejected
-        try:
-            body = AgentRequest.model_validate(await request.json())
-        except (ValueError, RecursionError) as exc:
-            return _error(400, f"bad request body: {exc}")
+        body = await read_post(request, AgentRequest)
+        if isinstance(body, Response):
+            return body
         problem = mode_problem(body.mode)
         if problem is not None:
             return _error(400, problem)
