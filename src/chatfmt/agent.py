@@ -11,14 +11,15 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .context import Budget
+from .decoding import TurnDecoder
 from .dialects.base import ConversationLike, Dialect
 from .engines.base import Engine, SamplingParams
 from .events import Event, ParseResult, TextDelta
 from .messages import INTERPRETER, Conversation, Message, Tool, ToolCall, as_conversation
-from .segments import BlockEncoder, Control
+from .segments import BlockEncoder
 
 if TYPE_CHECKING:
     from .interpreter import ExecutionResult
@@ -158,26 +159,22 @@ class Agent:
                 stop_ids=tuple(sorted(set(self.params.stop_ids) | set(stop_ids))),
                 stop_strings=self.params.stop_strings,
             )
-            parser = self.dialect.stream_parser()
-            decoder = tok.decoder()
-            finish = "stop"
-            async for chunk in self.engine.stream(prompt.ids, params):
-                for token in chunk.token_ids:
-                    if token in stop_ids:
-                        continue
-                    for piece in decoder.feed(token):
-                        if isinstance(piece, Control) and piece.token in self.dialect.stop_controls:
-                            continue
-                        for ev in parser.feed(piece):
-                            yield ModelEvent(ev)
-                if chunk.finish_reason is not None:
-                    finish = chunk.finish_reason
-            for piece in decoder.flush():
-                for ev in parser.feed(piece):
-                    yield ModelEvent(ev)
-            for ev in parser.finish("length" if finish == "length" else "stop"):
+            turn = TurnDecoder(self.dialect, tok, stop_strings=self.params.stop_strings)
+            finish: Literal["stop", "length"] = "stop"
+            stream = self.engine.stream(prompt.ids, params)
+            try:
+                async for chunk in stream:
+                    for ev in turn.feed_ids(chunk.token_ids):
+                        yield ModelEvent(ev)
+                    if chunk.finish_reason is not None:
+                        finish = chunk.finish_reason
+                    if turn.done:
+                        break
+            finally:
+                await stream.aclose()
+            for ev in turn.finish(finish):
                 yield ModelEvent(ev)
-            result = parser.result()
+            result = turn.result()
             conv = Conversation(messages=conv.messages + tuple(result.messages), tools=conv.tools)
             new.extend(result.messages)
             yield TurnFinished(result)

@@ -9,12 +9,13 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from .decoding import TurnDecoder
 from .dialects import get_dialect, list_dialects
-from .dialects.base import ControlSplitter, Dialect
+from .dialects.base import Dialect
 from .errors import ChatFmtError, MissingDependencyError
 from .events import Event
 from .messages import Conversation, Message, as_conversation, load_conversation
@@ -120,30 +121,17 @@ def cmd_parse(args: argparse.Namespace) -> int:
         result = dialect.parse(output, tok, finish_reason=finish)
         print(json.dumps(result.to_openai(), ensure_ascii=False, indent=2))
         return 0
-    parser = dialect.stream_parser()
-    pieces: list[Any]
+    # Stream as an engine would deliver it: ids one at a time, text in small chunks.
+    turn = TurnDecoder(dialect, tok)
+    chunks: Iterable[list[Event]]
     if isinstance(output, list):
-        assert tok is not None
-        decoder = tok.decoder()
-        pieces = []
-        for i in output:
-            pieces.extend(decoder.feed(i))
-        pieces.extend(decoder.flush())
+        chunks = (turn.feed_ids((i,)) for i in output)
     else:
-        # Feed text in small chunks, as a streaming engine would deliver it.
-        splitter = ControlSplitter(dialect.controls)
-        pieces = []
-        for k in range(0, len(output), 8):
-            pieces.extend(splitter.feed(output[k : k + 8]))
-        pieces.extend(splitter.flush())
-    for piece in pieces:
-        if not isinstance(piece, str) and piece.token in dialect.stop_controls:
-            break
-        for event in parser.feed(piece):
+        chunks = (turn.feed_text(output[k : k + 8]) for k in range(0, len(output), 8))
+    for events in [*chunks, turn.finish(finish)]:
+        for event in events:
             print(json.dumps(_event_json(event), ensure_ascii=False))
-    for event in parser.finish(finish):
-        print(json.dumps(_event_json(event), ensure_ascii=False))
-    print(json.dumps(parser.result().to_openai(), ensure_ascii=False))
+    print(json.dumps(turn.result().to_openai(), ensure_ascii=False))
     return 0
 
 

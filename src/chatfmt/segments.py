@@ -11,6 +11,8 @@ tokenizer) and of caching, and it records which messages it renders.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -54,6 +56,64 @@ class Block(NamedTuple):
     def text(self) -> str:
         """The block as text, control tokens written out."""
         return "".join(s.token if isinstance(s, Control) else s.text for s in self.segments)
+
+
+@functools.lru_cache(maxsize=64)
+def _splitter(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
+    ordered = sorted(set(tokens), key=len, reverse=True)  # longest first: no token eats another
+    return re.compile("(" + "|".join(map(re.escape, ordered)) + ")") if ordered else None
+
+
+class BlockBuilder:
+    """Collects the segments of one block at a time, for renderers.
+
+    Adjacent text is merged, so that each run between two control tokens is one :class:`Text`,
+    exactly as a Hugging Face tokenizer splits a string at its added tokens.
+    ``inline_controls`` are control tokens that the reference template writes *inside* its text
+    (Qwen2.5's ``<tool_call>`` tags): :meth:`tagged` turns them into optional controls.
+    """
+
+    __slots__ = ("_segments", "_split", "_text")
+
+    def __init__(self, inline_controls: Iterable[str] = ()) -> None:
+        self._segments: list[Segment] = []
+        self._text: list[str] = []
+        self._split = _splitter(tuple(inline_controls)) if inline_controls else None
+
+    def text(self, text: str) -> None:
+        """Append text (encoded with special-token parsing off)."""
+        if text:
+            self._text.append(text)
+
+    def control(self, token: str, *, required: bool = True) -> None:
+        """Append a control token."""
+        self._flush()
+        self._segments.append(Control(token, required))
+
+    def tagged(self, text: str) -> None:
+        """Append template text (or a call's raw model text) in which the inline controls are
+        control tokens, because the reference tokenizer turns those strings into their ids.
+        Only for text the dialect itself writes or the model produced, never for user text."""
+        if self._split is None:
+            self.text(text)
+            return
+        for k, part in enumerate(self._split.split(text)):
+            if k % 2:
+                self.control(part, required=False)
+            else:
+                self.text(part)
+
+    def block(self, messages: Iterable[int] = ()) -> Block:
+        """The segments collected so far as one block rendering ``messages``; starts anew."""
+        self._flush()
+        block = Block(tuple(self._segments), tuple(messages))
+        self._segments = []
+        return block
+
+    def _flush(self) -> None:
+        if self._text:
+            self._segments.append(Text("".join(self._text)))
+            self._text = []
 
 
 class Span(NamedTuple):

@@ -14,7 +14,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatfmt.dialects.chatglm3 import ChatGLM3, fenced_code
+from chatfmt.dialects.chatglm3 import ChatGLM3
+from chatfmt.dialects.glm import fenced_code
 from chatfmt.events import (
     Event,
     Finish,
@@ -128,7 +129,7 @@ def chunk(text: str, cuts: list[int]) -> list[str]:
 
 
 def run_text_chunks(chunks: list[str], reason: str = "stop") -> tuple[list[Event], ParseResult]:
-    from chatfmt.dialects.base import ControlSplitter
+    from chatfmt.decoding import ControlSplitter
 
     splitter = ControlSplitter(ROLES)
     pieces: list[Piece] = []

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatfmt.dialects import get_dialect
-from chatfmt.dialects.base import ControlSplitter, Dialect
+from chatfmt.decoding import ControlSplitter
+from chatfmt.dialects.base import Dialect
 from chatfmt.dialects.chatml import ChatML, Qwen25
 from chatfmt.messages import Conversation, Message, ToolCall, load_conversation
 from chatfmt.segments import Block, BlockEncoder, Control, Text

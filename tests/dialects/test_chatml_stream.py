@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatfmt.dialects.base import ControlSplitter
-from chatfmt.dialects.chatml import ChatML, ChatMLStreamParser, Qwen25
+from chatfmt.decoding import ControlSplitter
+from chatfmt.dialects.chatml import ChatML, Qwen25
+from chatfmt.dialects.hermes import HermesParser
 from chatfmt.events import (
     Event,
     Finish,
@@ -36,7 +37,7 @@ def ids() -> Iterator[str]:
         n += 1
 
 
-def new_parser() -> ChatMLStreamParser:
+def new_parser() -> HermesParser:
     counter = ids()
     return Qwen25().stream_parser(id_factory=lambda: next(counter))
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..decoding import ControlSplitter
 from ..errors import ChatFmtError
-from .base import ControlSplitter, Dialect, StreamParser
+from .base import Dialect, StreamParser
 
 
 def _chatml() -> Dialect:

@@ -8,11 +8,12 @@ and lives here.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from ..decoding import ControlSplitter, decode_turn
 from ..events import Event, FinishReason, ParseResult
-from ..messages import Conversation, Message, Tool, as_conversation
+from ..messages import Conversation, Message, Tool, as_conversation, new_call_id
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
 
@@ -21,67 +22,65 @@ ToolsLike = Sequence[Tool | Mapping[str, Any]] | None
 
 
 class StreamParser(ABC):
-    """Parses one assistant turn incrementally, piece by piece.
+    """Parses one assistant turn incrementally, piece by piece: the skeleton a dialect's parser
+    fills in.
 
     ``feed`` never raises on model output: output that does not parse degrades to text and the
     reason is recorded in :attr:`ParseResult.warnings`. Feeding the whole output in one piece
     and feeding it in any chunking produce the same events' concatenation and the same result.
+
+    The skeleton keeps what every parser shares: the stop set (a stop control ends the turn,
+    whatever follows is not ours), finishing once, call ids and warnings. A parser implements
+    :meth:`on_text`, :meth:`on_finish` and :meth:`result`, and :meth:`on_control` when control
+    tokens mean more than their text.
     """
 
-    @abstractmethod
+    def __init__(
+        self,
+        *,
+        id_factory: Callable[[], str] | None = None,
+        stop_controls: Iterable[str] = (),
+    ) -> None:
+        self._new_id = id_factory or new_call_id
+        self._stops = frozenset(stop_controls)
+        self._stopped = False
+        self._finish: Literal["stop", "length"] | None = None
+        self._warnings: list[str] = []
+
     def feed(self, piece: Piece) -> list[Event]:
         """Consume text or a control token; return the events it completes."""
+        if self._stopped or self._finish is not None:
+            return []
+        if isinstance(piece, Control):
+            if piece.token in self._stops:
+                self._stopped = True  # the turn is over; anything after it is not ours
+                return []
+            return self.on_control(piece.token)
+        return self.on_text(piece) if piece else []
 
-    @abstractmethod
     def finish(self, reason: Literal["stop", "length"] = "stop") -> list[Event]:
         """End of output (a stop token, or ``length`` when cut by max_tokens)."""
+        if self._finish is not None:
+            return []
+        self._finish = reason
+        return self.on_finish(reason)
+
+    @abstractmethod
+    def on_text(self, text: str) -> list[Event]:
+        """Consume generated text (never empty)."""
+
+    def on_control(self, token: str) -> list[Event]:
+        """Consume a control token that is not a stop; by default it reads as its own text
+        (as the reference decoders write it), so ids and text parse alike."""
+        return self.on_text(token)
+
+    @abstractmethod
+    def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
+        """Flush what is held, close what is open; the last event is :class:`Finish`."""
 
     @abstractmethod
     def result(self) -> ParseResult:
         """The parsed turn; call after :meth:`finish`."""
-
-
-class ControlSplitter:
-    """Splits text that has control tokens written out into pieces, incrementally.
-
-    Used when output arrives as text (``chatfmt parse --input text``, engines that return text).
-    A suffix that could be the start of a control token is held back until decided.
-    """
-
-    def __init__(self, controls: Sequence[str]) -> None:
-        self._controls = sorted(set(controls), key=len, reverse=True)
-        self._firsts = {c[0] for c in self._controls}
-        self._prefixes = {c[:i] for c in self._controls for i in range(1, len(c))}
-        self._buf = ""
-
-    def feed(self, text: str) -> list[Piece]:
-        buf = self._buf + text
-        out: list[Piece] = []
-        start = i = 0
-        n = len(buf)
-        while i < n:
-            if buf[i] not in self._firsts:
-                i += 1
-                continue
-            match = next((c for c in self._controls if buf.startswith(c, i)), None)
-            if match is not None:
-                if i > start:
-                    out.append(buf[start:i])
-                out.append(Control(match))
-                i += len(match)
-                start = i
-            elif buf[i:] in self._prefixes:
-                break  # undecided: hold the tail until more text arrives
-            else:
-                i += 1
-        if i > start:
-            out.append(buf[start:i])
-        self._buf = buf[i:]
-        return out
-
-    def flush(self) -> list[Piece]:
-        rest, self._buf = self._buf, ""
-        return [rest] if rest else []
 
 
 class Dialect(ABC):
@@ -93,6 +92,10 @@ class Dialect(ABC):
     controls: tuple[str, ...] = ()
     #: Control tokens that end the assistant's turn.
     stop_controls: tuple[str, ...] = ()
+    #: Control tokens split out of output that arrives as text. Leave out those that are also
+    #: ordinary words, such as ChatGLM3's ``sop``: the model never generates it, but
+    #: ``isopropyl`` contains it.
+    text_controls: tuple[str, ...] = ()
     #: Whether a turn (a user message and what follows it) renders the same whatever turns came
     #: before it, given the same leading system messages and tools. Lets :class:`~chatfmt.Budget`
     #: re-render only the end of a growing chat; leave it False for formats that move text
@@ -183,20 +186,15 @@ class Dialect(ABC):
         """Parse a complete assistant output, given as token ids or as text.
 
         Ids need the ``tokenizer``; text has control tokens written out. A trailing stop token
-        is allowed. Never raises on malformed output.
+        is allowed. Never raises on malformed output. This is :func:`chatfmt.decoding.decode_turn`:
+        the same pipeline that streams.
         """
-        parser = self.stream_parser()
-        for piece in self.pieces(output, tokenizer):
-            if isinstance(piece, Control) and piece.token in self.stop_controls:
-                break
-            parser.feed(piece)
-        parser.finish(finish_reason)
-        return parser.result()
+        return decode_turn(self, output, tokenizer, finish_reason=finish_reason)
 
     def pieces(self, output: str | Sequence[int], tokenizer: Tokenizer | None) -> list[Piece]:
-        """Output as text runs and control tokens."""
+        """Output as text runs and control tokens (text: only :attr:`text_controls` split)."""
         if isinstance(output, str):
-            splitter = ControlSplitter(self.controls)
+            splitter = ControlSplitter(self.text_controls)
             return [*splitter.feed(output), *splitter.flush()]
         if tokenizer is None:
             raise TypeError("parsing token ids needs the tokenizer that produced them")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Callable, Sequence
 
-from ..dialects.base import ControlSplitter
+from ..decoding import ControlSplitter
 from ..errors import EngineError
 from ..segments import Control
 from ..tokenizers.base import Tokenizer

@@ -35,7 +35,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Literal
 
 from .._imports import require
-from ..dialects.base import ControlSplitter
+from ..decoding import ControlSplitter
 from ..errors import EngineError
 from ..segments import Control
 from ..tokenizers.base import Piece, Tokenizer

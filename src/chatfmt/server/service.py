@@ -14,10 +14,11 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 
+from ..decoding import TurnDecoder
 from ..dialects.base import Dialect
 from ..engines.base import Engine, EngineUnavailableError, GenerationChunk, SamplingParams
 from ..errors import ChatFmtError, EngineError, ValidationError
@@ -85,47 +86,15 @@ def engine_api_error(exc: EngineError) -> ApiError:
     return ApiError(502, str(exc), type="engine_error", code="engine_error")
 
 
-class StopMatcher:
-    """Finds OpenAI ``stop`` sequences in streamed text.
-
-    Text that could be the start of a stop sequence is held back until decided, so a stop
-    sequence split across tokens is still found and never shown.
-    """
-
-    def __init__(self, stops: Iterable[str]) -> None:
-        self._stops = tuple(s for s in stops if s)
-        self._buf = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        """``(text safe to emit, whether a stop sequence was hit)``."""
-        buf = self._buf + text
-        hits = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
-        if hits:
-            self._buf = ""
-            return buf[: min(hits)], True
-        hold = 0
-        for s in self._stops:
-            for k in range(min(len(s) - 1, len(buf)), hold, -1):
-                if buf.endswith(s[:k]):
-                    hold = k
-                    break
-        self._buf = buf[len(buf) - hold :]
-        return buf[: len(buf) - hold], False
-
-    def flush(self) -> str:
-        rest, self._buf = self._buf, ""
-        return rest
-
-
 class CallPolicy:
     """Which parsed tool calls a response may carry, applied to the event stream.
 
     A call of a tool the request did not declare, or one past ``max_calls`` (a named
     ``tool_choice`` or ``parallel_tool_calls: false``), is not returned as a call: its JSON is
-    given as text instead, so nothing the model wrote is lost. A call that a stop string cut
-    off is dropped (its arguments are incomplete), and a turn whose calls were all removed
-    finishes with ``stop``, so no client runs a call the model did not finish. Kept calls are
-    numbered from 0 in the response.
+    given as text instead, so nothing the model wrote is lost. A turn whose calls were all
+    removed finishes with ``stop``, so no client runs a call it did not ask for. Kept calls are
+    numbered from 0 in the response. (A call that a stop string cut off never gets here: the
+    :class:`~chatfmt.decoding.TurnDecoder` drops it.)
     """
 
     def __init__(self, allowed: frozenset[str] | None = None, max_calls: int | None = None):
@@ -133,17 +102,9 @@ class CallPolicy:
         self.max_calls = max_calls
         self._index: dict[int, int | None] = {}  # parser index → response index (None: demoted)
         self._demoted: dict[int, list[str]] = {}  # parser index → [name, arguments so far]
-        self._open: set[int] = set()
-        self._cut: set[int] = set()
         self._ids: dict[int, str] = {}
         self.kept_ids: set[str] = set()
         self.demoted_text: list[str] = []
-
-    def cut_open_calls(self) -> None:
-        """A stop string ended the output inside the calls now open: drop them."""
-        self._cut |= self._open
-        for i in self._open:
-            self.kept_ids.discard(self._ids.get(i, ""))
 
     def filter(self, events: list[Event]) -> list[Event]:
         out: list[Event] = []
@@ -155,7 +116,6 @@ class CallPolicy:
                     self._index[ev.index] = index
                     self._ids[ev.index] = ev.id
                     self.kept_ids.add(ev.id)
-                    self._open.add(ev.index)
                     out.append(ToolCallStart(index, ev.id, ev.name))
                 else:
                     self._index[ev.index] = None
@@ -172,8 +132,6 @@ class CallPolicy:
         return out
 
     def _call_event(self, ev: ToolCallDelta | ToolCallEnd) -> list[Event]:
-        if ev.index in self._cut:
-            return []
         target = self._index.get(ev.index)
         if target is None:
             demoted = self._demoted.get(ev.index)
@@ -189,91 +147,31 @@ class CallPolicy:
             return [TextDelta(text)]
         if isinstance(ev, ToolCallDelta):
             return [ToolCallDelta(target, ev.arguments)]
-        self._open.discard(ev.index)
         return [ToolCallEnd(target)]
 
 
-class TurnDecoder:
-    """Generated ids → parser events, for one assistant turn.
+class _Turn:
+    """One response's decode: the core pipeline, then the request's call policy."""
 
-    A stop id ends the turn without reaching the parser (as in :meth:`Dialect.parse`); a stop
-    string ends it at the text before the match. :attr:`done` is set once :class:`Finish` has
-    been produced.
-    """
+    def __init__(self, dialect: Dialect, tokenizer: Tokenizer, prep: Prepared) -> None:
+        self.decoder = TurnDecoder(dialect, tokenizer, stop_strings=prep.stop_strings)
+        self.policy = prep.policy()
 
-    def __init__(
-        self,
-        tokenizer: Tokenizer,
-        dialect: Dialect,
-        stop_ids: frozenset[int],
-        stop_strings: Iterable[str] = (),
-        policy: CallPolicy | None = None,
-    ) -> None:
-        self._decoder = tokenizer.decoder()
-        self.parser = dialect.stream_parser()
-        self._stop_ids = stop_ids
-        stops = tuple(stop_strings)
-        self._matcher = StopMatcher(stops) if stops else None
-        self.policy = policy or CallPolicy()
-        self.done = False
+    @property
+    def done(self) -> bool:
+        return self.decoder.done
 
     def prefill(self, pieces: Iterable[Piece]) -> list[Event]:
-        """Feed what the prompt already wrote of the reply (a forced call's opening)."""
-        events: list[Event] = []
-        for piece in pieces:
-            events.extend(self.parser.feed(piece))
+        return self.policy.filter(self.decoder.prefill(pieces))
+
+    def chunk(self, chunk: GenerationChunk) -> list[Event]:
+        events = self.decoder.feed_ids(chunk.token_ids)
+        if chunk.finish_reason is not None and not self.decoder.done:
+            events += self.decoder.finish(chunk.finish_reason)
         return self.policy.filter(events)
 
-    def feed(self, token_id: int) -> list[Event]:
-        if self.done:
-            return []
-        if token_id in self._stop_ids:
-            return self.finish("stop")
-        return self._pieces(self._decoder.feed(token_id))
-
-    def _pieces(self, pieces: list[Piece]) -> list[Event]:
-        events: list[Event] = []
-        matcher = self._matcher
-        for piece in pieces:
-            if matcher is None:
-                events.extend(self.parser.feed(piece))
-            elif isinstance(piece, Control):
-                # A control token breaks any partial stop sequence: release the held text.
-                held = matcher.flush()
-                if held:
-                    events.extend(self.parser.feed(held))
-                events.extend(self.parser.feed(piece))
-            else:
-                text, hit = matcher.feed(piece)
-                if text:
-                    events.extend(self.parser.feed(text))
-                if hit:
-                    self._matcher = None
-                    # Filter what came before the stop first, so the policy knows which calls
-                    # the stop string cut off.
-                    before = self.policy.filter(events)
-                    self.policy.cut_open_calls()
-                    return before + self.policy.filter(self._finish_parser("stop"))
-        return self.policy.filter(events)
-
-    def finish(self, reason: Literal["stop", "length"]) -> list[Event]:
-        """End of generation: flush what is buffered and finish the parse."""
-        if self.done:
-            return []
-        events = self._pieces(self._decoder.flush())
-        if self.done:
-            return events
-        tail: list[Event] = []
-        if self._matcher is not None:
-            held = self._matcher.flush()
-            if held:
-                tail.extend(self.parser.feed(held))
-        tail.extend(self._finish_parser(reason))
-        return events + self.policy.filter(tail)
-
-    def _finish_parser(self, reason: Literal["stop", "length"]) -> list[Event]:
-        self.done = True
-        return self.parser.finish(reason)
+    def finish(self) -> list[Event]:
+        return self.policy.filter(self.decoder.finish("stop"))
 
 
 @dataclass
@@ -488,9 +386,7 @@ class ChatService:
 
     async def complete(self, prep: Prepared) -> dict[str, Any]:
         """A whole ``chat.completion`` response body."""
-        turn = TurnDecoder(
-            self.tokenizer, self.dialect, self.stop_ids, prep.stop_strings, prep.policy()
-        )
+        turn = _Turn(self.dialect, self.tokenizer, prep)
         turn.prefill(prep.prefill)
         n_completion = 0
         finish = "stop"
@@ -498,19 +394,18 @@ class ChatService:
         try:
             async for chunk in stream:
                 n_completion += len(chunk.token_ids)
-                events = self._events(turn, chunk)
-                for ev in events:
+                for ev in turn.chunk(chunk):
                     if isinstance(ev, Finish):
                         finish = ev.reason
                 if turn.done:
                     break
             if not turn.done:
-                for ev in turn.finish("stop"):
+                for ev in turn.finish():
                     if isinstance(ev, Finish):
                         finish = ev.reason
         finally:
             await stream.aclose()
-        result = turn.parser.result()
+        result = turn.decoder.result()
         policy = turn.policy
         content = "".join([result.content or "", *policy.demoted_text]) or None
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -541,17 +436,6 @@ class ChatService:
                 "total_tokens": n_prompt + n_completion,
             },
         }
-
-    @staticmethod
-    def _events(turn: TurnDecoder, chunk: GenerationChunk) -> list[Event]:
-        events: list[Event] = []
-        for token in chunk.token_ids:
-            events.extend(turn.feed(token))
-            if turn.done:
-                return events
-        if chunk.finish_reason is not None:
-            events.extend(turn.finish(chunk.finish_reason))
-        return events
 
     async def open_stream(
         self, prep: Prepared
@@ -594,9 +478,7 @@ class ChatService:
                 obj["usage"] = None
             return _sse(obj)
 
-        turn = TurnDecoder(
-            self.tokenizer, self.dialect, self.stop_ids, prep.stop_strings, prep.policy()
-        )
+        turn = _Turn(self.dialect, self.tokenizer, prep)
         n_completion = 0
         try:
             yield chunk({"role": "assistant", "content": ""}, None)
@@ -608,11 +490,11 @@ class ChatService:
                     try:
                         pending = await stream.__anext__()
                     except StopAsyncIteration:
-                        for delta, fin in _deltas(turn.finish("stop")):
+                        for delta, fin in _deltas(turn.finish()):
                             yield chunk(delta, fin)
                         break
                 n_completion += len(pending.token_ids)
-                for delta, fin in _deltas(self._events(turn, pending)):
+                for delta, fin in _deltas(turn.chunk(pending)):
                     yield chunk(delta, fin)
                 pending = None
         except EngineError as exc:

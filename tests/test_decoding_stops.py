@@ -1,4 +1,4 @@
-"""StopMatcher: streamed stop sequences behave exactly like searching the whole text."""
+"""StopStrings: streamed stop sequences behave exactly like searching the whole text."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatfmt.server.service import StopMatcher
+from chatfmt.decoding import StopStrings as StopMatcher
 
 alphabet = st.sampled_from("abAB \n<|>")
 

@@ -1,0 +1,326 @@
+"""The one decode pipeline: generated ids or text → pieces → stops → the dialect's parser → events.
+
+Every consumer of model output (``Dialect.parse``, ``chatfmt parse``, the agent loop, the HTTP
+server, the web chat) goes through :class:`TurnDecoder`, so a turn streamed id by id, streamed
+as text chunks, or parsed whole gives the same message::
+
+    ids ─ tokenizer.decoder() ─┐
+                               ├─ pieces ─ stop ids / stop controls ─ stop strings ─ parser ─ events
+    text ─ ControlSplitter ────┘
+
+The "this text might be the start of a marker" hold-back that every stage needs lives here
+once, as :func:`held_suffix`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from .events import (
+    Event,
+    Finish,
+    FinishReason,
+    ParseResult,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from .messages import Message
+from .segments import Control
+from .tokenizers.base import Piece, Tokenizer
+
+if TYPE_CHECKING:
+    from .dialects.base import Dialect, StreamParser
+
+
+def held_suffix(text: str, markers: Iterable[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``markers``.
+
+    That suffix must be held back by a streaming stage: the next chunk may complete the marker.
+    Costs O(longest marker), whatever the length of ``text``.
+    """
+    best = 0
+    n = len(text)
+    for marker in markers:
+        m = len(marker)
+        if m <= 1 or m - 1 <= best:
+            continue
+        start = text.find(marker[0], max(0, n - m + 1))
+        while start >= 0:
+            k = n - start
+            if k <= best:
+                break
+            if marker.startswith(text[start:]):
+                best = k
+                break
+            start = text.find(marker[0], start + 1)
+    return best
+
+
+class ControlSplitter:
+    """Splits text that has control tokens written out into pieces, incrementally.
+
+    Used when output arrives as text (``chatfmt parse`` of a file, engines that return text).
+    Only the dialect's :attr:`~chatfmt.Dialect.text_controls` are split out: ChatGLM3's ``sop``
+    is a control id, but as text it is part of ``isopropyl``.
+    """
+
+    def __init__(self, controls: Iterable[str]) -> None:
+        self._controls = sorted(set(controls), key=len, reverse=True)
+        self._firsts = frozenset(c[0] for c in self._controls)
+        self._buf = ""
+
+    def feed(self, text: str) -> list[Piece]:
+        buf = self._buf + text
+        out: list[Piece] = []
+        start = i = 0
+        n = len(buf)
+        firsts = self._firsts
+        while i < n:
+            if buf[i] not in firsts:
+                i += 1
+                continue
+            match = next((c for c in self._controls if buf.startswith(c, i)), None)
+            if match is None:
+                i += 1
+                continue
+            if i > start:
+                out.append(buf[start:i])
+            out.append(Control(match))
+            i += len(match)
+            start = i
+        keep = held_suffix(buf[start:], self._controls) if start < n else 0
+        end = n - keep
+        if end > start:
+            out.append(buf[start:end])
+        self._buf = buf[end:]
+        return out
+
+    def flush(self) -> list[Piece]:
+        rest, self._buf = self._buf, ""
+        return [rest] if rest else []
+
+
+class StopStrings:
+    """Finds OpenAI ``stop`` sequences in streamed text.
+
+    Text that could be the start of a stop sequence is held back until decided, so a sequence
+    split across chunks is still found and never shown.
+    """
+
+    def __init__(self, stops: Iterable[str]) -> None:
+        self._stops = tuple(s for s in stops if s)
+        self._buf = ""
+
+    def __bool__(self) -> bool:
+        return bool(self._stops)
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """``(text safe to pass on, whether a stop sequence was hit)``."""
+        buf = self._buf + text
+        hits = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
+        if hits:
+            self._buf = ""
+            return buf[: min(hits)], True
+        keep = held_suffix(buf, self._stops)
+        self._buf = buf[len(buf) - keep :]
+        return buf[: len(buf) - keep], False
+
+    def flush(self) -> str:
+        rest, self._buf = self._buf, ""
+        return rest
+
+
+StopKind = Literal["control", "string", "length", "end"]
+
+
+class TurnDecoder:
+    """Decodes one assistant turn: ids or text in, parser events out.
+
+    - ids go through the tokenizer's stream decoder (split UTF-8 is buffered), text through the
+      dialect's :class:`ControlSplitter`;
+    - a stop id or stop control ends the turn and never reaches the parser;
+    - ``stop_strings`` end it at the text before the first match; a tool call still open at
+      that point is cut off: it is dropped (its arguments are incomplete) with a warning, and
+      the turn finishes with ``stop`` unless complete calls remain;
+    - after the end, everything fed is ignored (:attr:`done`).
+
+    Feed with :meth:`feed_ids`, :meth:`feed_text` or :meth:`feed_pieces` (not mixed in one
+    turn), then call :meth:`finish`; :meth:`result` is the parsed turn.
+    """
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        tokenizer: Tokenizer | None = None,
+        *,
+        stop_strings: Sequence[str] = (),
+        parser: StreamParser | None = None,
+    ) -> None:
+        self.dialect = dialect
+        self.tokenizer = tokenizer
+        self.parser = parser if parser is not None else dialect.stream_parser()
+        self._decoder = tokenizer.decoder() if tokenizer is not None else None
+        self._splitter: ControlSplitter | None = None
+        self._stop_ids = frozenset(dialect.stop_ids(tokenizer)) if tokenizer is not None else ()
+        self._stop_controls = frozenset(dialect.stop_controls)
+        self._stops = StopStrings(stop_strings)
+        self._open: dict[int, str] = {}  # parser call index → id, for calls not yet ended
+        self._cut: dict[int, str] = {}  # calls a stop string cut off
+        #: Set once the turn has ended.
+        self.done = False
+        #: What ended it: a stop ``control`` (id or text), a stop ``string``, ``length``, or
+        #: the ``end`` of the output.
+        self.stopped_by: StopKind | None = None
+
+    # ==== Input ====
+
+    def prefill(self, pieces: Iterable[Piece]) -> list[Event]:
+        """What the prompt already wrote of the reply (a forced call's opening), parsed as if
+        the model had written it; stop strings do not apply to it."""
+        events: list[Event] = []
+        for piece in pieces:
+            events.extend(self.parser.feed(piece))
+        return self._track(events)
+
+    def feed_ids(self, ids: Iterable[int]) -> list[Event]:
+        """Generated token ids (needs the tokenizer)."""
+        if self._decoder is None:
+            raise TypeError("decoding token ids needs the tokenizer that produced them")
+        events: list[Event] = []
+        decoder = self._decoder
+        for token_id in ids:
+            if self.done:
+                break
+            if token_id in self._stop_ids:
+                events.extend(self._end("control", "stop"))
+                break
+            events.extend(self._pieces(decoder.feed(token_id)))
+        return events
+
+    def feed_text(self, text: str) -> list[Event]:
+        """Generated text with control tokens written out (as a text-only engine returns it)."""
+        if self._splitter is None:
+            self._splitter = ControlSplitter(self.dialect.text_controls)
+        return self._pieces(self._splitter.feed(text)) if text and not self.done else []
+
+    def feed_pieces(self, pieces: Iterable[Piece]) -> list[Event]:
+        """Pieces already split into text and control tokens."""
+        return self._pieces(pieces)
+
+    def finish(self, reason: Literal["stop", "length"] = "stop") -> list[Event]:
+        """The output ended (``length``: cut by max_tokens); flush and finish the parse."""
+        if self.done:
+            return []
+        tail: list[Piece] = []
+        if self._decoder is not None:
+            tail.extend(self._decoder.flush())
+        if self._splitter is not None:
+            tail.extend(self._splitter.flush())
+        events = self._pieces(tail)
+        if self.done:
+            return events
+        held = self._stops.flush()
+        if held:
+            events.extend(self._track(self.parser.feed(held)))
+        return events + self._end("length" if reason == "length" else "end", reason)
+
+    # ==== Output ====
+
+    def result(self) -> ParseResult:
+        """The parsed turn (call after :meth:`finish`), without calls a stop string cut off."""
+        result = self.parser.result()
+        if not self._cut:
+            return result
+        cut = set(self._cut.values())
+        messages: list[Message] = []
+        for m in result.messages:
+            calls = tuple(c for c in m.tool_calls or () if c.id not in cut)
+            if calls == tuple(m.tool_calls or ()):
+                messages.append(m)
+            elif calls or m.content:
+                messages.append(m.model_copy(update={"tool_calls": calls or None}))
+        if not messages:
+            messages = [Message(role="assistant", content=None)]
+        warnings = [*result.warnings, *(f"tool call {i} was cut off by a stop sequence and "
+                                        "dropped" for i in sorted(self._cut))]
+        reason: FinishReason = result.finish_reason
+        if reason == "tool_calls" and not any(m.tool_calls for m in messages):
+            reason = "stop"
+        return ParseResult(messages, reason, warnings)
+
+    # ==== Internals ====
+
+    def _pieces(self, pieces: Iterable[Piece]) -> list[Event]:
+        events: list[Event] = []
+        parser = self.parser
+        stops = self._stops
+        for piece in pieces:
+            if self.done:
+                break
+            if isinstance(piece, Control):
+                if piece.token in self._stop_controls:
+                    events.extend(self._end("control", "stop"))
+                    break
+                if stops:
+                    # A control token breaks any partial stop sequence: release the held text.
+                    held = stops.flush()
+                    if held:
+                        events.extend(self._track(parser.feed(held)))
+                events.extend(self._track(parser.feed(piece)))
+            elif not stops:
+                events.extend(self._track(parser.feed(piece)))
+            else:
+                text, hit = stops.feed(piece)
+                if text:
+                    events.extend(self._track(parser.feed(text)))
+                if hit:
+                    self._cut = dict(self._open)
+                    events.extend(self._end("string", "stop"))
+                    break
+        return events
+
+    def _end(self, kind: StopKind, reason: Literal["stop", "length"]) -> list[Event]:
+        self.done = True
+        self.stopped_by = kind
+        return self._track(self.parser.finish(reason))
+
+    def _track(self, events: list[Event]) -> list[Event]:
+        """Follow which calls are open; drop what the parser adds to calls that were cut."""
+        if not events:
+            return events
+        cut = self._cut
+        out: list[Event] = []
+        for ev in events:
+            if isinstance(ev, ToolCallStart):
+                self._open[ev.index] = ev.id
+            elif isinstance(ev, ToolCallEnd):
+                self._open.pop(ev.index, None)
+                if ev.index in cut:
+                    continue
+            elif isinstance(ev, ToolCallDelta) and ev.index in cut:
+                continue
+            elif isinstance(ev, Finish) and cut and ev.reason == "tool_calls":
+                kept = self.result().finish_reason
+                ev = Finish(kept)
+            out.append(ev)
+        return out
+
+
+def decode_turn(
+    dialect: Dialect,
+    output: str | Sequence[int],
+    tokenizer: Tokenizer | None = None,
+    *,
+    finish_reason: Literal["stop", "length"] = "stop",
+    stop_strings: Sequence[str] = (),
+) -> ParseResult:
+    """Parse one complete assistant output, given as token ids or as text."""
+    turn = TurnDecoder(dialect, tokenizer, stop_strings=stop_strings)
+    if isinstance(output, str):
+        turn.feed_text(output)
+    else:
+        turn.feed_ids(output)
+    turn.finish(finish_reason)
+    return turn.result()

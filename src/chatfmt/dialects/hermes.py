@@ -1,0 +1,466 @@
+"""The Hermes tool-call parser: assistant text with calls as JSON objects in tags.
+
+Qwen2.5 and other ChatML models write calls as ``<tool_call>\\n{"name": …, "arguments": …}
+\\n</tool_call>`` after their text. Small models often drop the tags and write the same object
+bare, or in a ```` ```json ```` fence: :class:`HermesParser` accepts all three. A dialect
+configures it with its tags; the JSON is checked as it streams by
+:class:`~chatfmt.jsonscan.CallScanner`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..decoding import held_suffix
+from ..events import (
+    Event,
+    Finish,
+    ParseResult,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from ..jsonscan import WS, CallScanner
+from ..messages import Message, ToolCall
+from .base import StreamParser, finish_reason_for
+
+_NON_WS = re.compile(r"[^ \t\r\n]")
+_FENCE_INFO = ("", "json")
+_MAX_FENCE_INFO = 32
+
+
+def _is_ws(text: str) -> bool:
+    return not text.strip(WS)
+
+
+@dataclass
+class _OpenCall:
+    index: int
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+    ended: bool = False
+
+
+# Parser modes.
+_LEAD, _TEXT, _TAG_OPEN, _FENCE_OPEN, _FENCE_PRE, _JSON, _TAG_TAIL, _FENCE_TAIL = range(8)
+
+
+class HermesParser(StreamParser):
+    """Incremental parser of one assistant turn: text plus Hermes-style tool calls.
+
+    ``open_tag`` / ``close_tag`` are the dialect's call tags (arriving as control tokens or as
+    text, they parse the same way); bare and fenced JSON calls need no configuration.
+
+    Every decision depends only on the characters seen, never on how they were chunked, so any
+    chunking yields the same events (up to how deltas are split) and the same result. Work per
+    feed is proportional to the new text: text is searched with ``str.find`` and only a suffix
+    shorter than a tag is ever held back; a candidate call object is scanned once, incrementally.
+    """
+
+    def __init__(
+        self,
+        *,
+        id_factory: Callable[[], str] | None = None,
+        stop_controls: Sequence[str] = (),
+        open_tag: str = "<tool_call>",
+        close_tag: str = "</tool_call>",
+    ) -> None:
+        super().__init__(id_factory=id_factory, stop_controls=stop_controls)
+        self._open_tag = open_tag
+        self._close_tag = close_tag
+        self._mode = _LEAD
+        self._first = True  # before anything but whitespace
+        self._lead = ""  # whitespace seen in _LEAD
+        self._hold = ""  # undecided suffix (a possible tag start, a separator newline)
+        self._drop_ws = ""  # whitespace after a call, dropped unless text follows
+        self._droppable = False
+        self._prefix = ""  # text before the candidate call, restored if it is not a call
+        self._raw: list[str] = []  # exact text of the candidate call
+        self._kind = ""  # "tag" | "bare" | "fence"
+        self._fence = ""  # backticks and info string of an opening fence
+        self._scan: CallScanner | None = None
+        self._call: _OpenCall | None = None
+        self._tail_junk = False
+        self._events: list[Event] = []
+        self._content: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._ncalls = 0
+
+    # ==== Public interface ====
+
+    def on_text(self, text: str) -> list[Event]:
+        self._process(text)
+        self._flush_args()
+        out, self._events = self._events, []
+        return out
+
+    def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
+        mode = self._mode
+        if mode == _TEXT:
+            hold, self._hold = self._hold, ""
+            self._emit_text(hold)
+        elif mode == _LEAD:
+            if self._first and self._lead:
+                self._out_text(self._lead)
+        elif mode == _JSON and self._call is not None:
+            what = "was cut off" if reason == "length" else "is unterminated"
+            self._break_call(f"tool call {self._call.index} {what}")
+            self._end_call()
+        elif mode in (_TAG_OPEN, _FENCE_OPEN, _FENCE_PRE, _JSON):
+            warn = self._kind == "tag" or (self._scan is not None and self._scan.saw_name_key)
+            self._degrade("an unterminated tool call was kept as text", warn=warn)
+        elif mode == _TAG_TAIL or mode == _FENCE_TAIL:
+            self._raw.append(self._hold)
+            self._hold = ""
+            self._end_call()
+        self._drop_ws = ""
+        self._events.append(Finish(finish_reason_for(bool(self._calls), reason)))
+        out, self._events = self._events, []
+        return out
+
+    def result(self) -> ParseResult:
+        content = "".join(self._content)
+        calls = tuple(self._calls)
+        # One ChatML turn is one assistant message: text and calls together, as it re-renders.
+        messages = [Message(role="assistant", content=content or None, tool_calls=calls or None)]
+        reason = finish_reason_for(bool(calls), self._finish or "stop")
+        return ParseResult(messages=messages, finish_reason=reason, warnings=list(self._warnings))
+
+    # ==== Output ====
+
+    def _out_text(self, text: str) -> None:
+        if text:
+            self._content.append(text)
+            self._events.append(TextDelta(text))
+
+    def _emit_text(self, text: str) -> None:
+        """Visible text; after a call, whitespace alone is only a separator and is held."""
+        if not text:
+            return
+        if self._droppable:
+            if _is_ws(text):
+                self._drop_ws += text
+                return
+            text = self._drop_ws + text
+            self._drop_ws = ""
+            self._droppable = False
+        self._out_text(text)
+
+    def _flush_args(self) -> None:
+        call, scan = self._call, self._scan
+        if call is None or scan is None or call.ended:
+            return
+        text = scan.take_safe()
+        if text:
+            call.arguments.append(text)
+            self._events.append(ToolCallDelta(call.index, text))
+
+    # ==== Modes ====
+
+    def _process(self, text: str) -> None:
+        while text:
+            mode = self._mode
+            if mode == _TEXT:
+                text = self._on_text(text)
+            elif mode == _LEAD:
+                text = self._on_lead(text)
+            elif mode == _JSON:
+                text = self._on_json(text)
+            elif mode == _TAG_OPEN or mode == _FENCE_PRE:
+                text = self._on_open(text)
+            elif mode == _FENCE_OPEN:
+                text = self._on_fence_open(text)
+            elif mode == _TAG_TAIL:
+                text = self._on_tag_tail(text)
+            else:
+                text = self._on_fence_tail(text)
+
+    def _on_lead(self, text: str) -> str:
+        m = _NON_WS.search(text)
+        if m is None:
+            self._lead += text
+            return ""
+        j = m.start()
+        ws = self._lead + text[:j]
+        self._lead = ""
+        first, self._first = self._first, False
+        c = text[j]
+        if c == "{" or c == "`":
+            self._prefix = ws
+            self._raw = []
+            if c == "{":
+                self._kind = "bare"
+                self._scan = CallScanner()
+                self._mode = _JSON
+            else:
+                self._kind = "fence"
+                self._fence = ""
+                self._mode = _FENCE_OPEN
+            return text[j:]
+        self._mode = _TEXT
+        if first:
+            return ws + text[j:]
+        self._droppable = True
+        self._drop_ws += ws
+        return text[j:]
+
+    def _on_text(self, text: str) -> str:
+        buf = self._hold + text
+        self._hold = ""
+        open_tag = self._open_tag
+        i = buf.find(open_tag)
+        if i < 0:
+            end = len(buf) - held_suffix(buf, (open_tag,))
+            if end > 0 and buf[end - 1] == "\n":
+                end -= 1  # may be the separator before a call: decide later
+            self._emit_text(buf[:end])
+            self._hold = buf[end:]
+            return ""
+        before = buf[:i]
+        self._prefix = ""
+        if self._droppable:
+            before = self._drop_ws + before
+            self._drop_ws = ""
+            if _is_ws(before):
+                self._prefix = before
+                before = ""
+            else:
+                self._droppable = False
+        if before:
+            # The template writes "\n" before each call: that newline is not content.
+            if before.endswith("\n"):
+                self._prefix = "\n"
+                before = before[:-1]
+            else:
+                self._prefix = ""
+            self._out_text(before)
+        self._kind = "tag"
+        self._raw = [open_tag]
+        self._mode = _TAG_OPEN
+        return buf[i + len(open_tag) :]
+
+    def _on_open(self, text: str) -> str:
+        m = _NON_WS.search(text)
+        if m is None:
+            self._raw.append(text)
+            return ""
+        j = m.start()
+        self._raw.append(text[:j])
+        if text[j] != "{":
+            where = self._open_tag if self._mode == _TAG_OPEN else "the ```json fence"
+            self._degrade(
+                f"{where} is not followed by a JSON object; kept as text",
+                warn=self._mode == _TAG_OPEN,
+            )
+            return text[j:]
+        self._scan = CallScanner()
+        self._mode = _JSON
+        return text[j:]
+
+    def _on_fence_open(self, text: str) -> str:
+        for j, c in enumerate(text):
+            if len(self._fence) < 3:
+                if c != "`":
+                    self._raw.append(text[:j])
+                    self._degrade("", warn=False)
+                    return text[j:]
+                self._fence += c
+            elif c == "\n":
+                self._raw.append(text[: j + 1])
+                info = self._fence[3:].strip(WS).lower()
+                if info in _FENCE_INFO:
+                    self._mode = _FENCE_PRE
+                else:
+                    self._degrade("", warn=False)  # some other code block
+                return text[j + 1 :]
+            else:
+                self._fence += c
+                if len(self._fence) > 3 + _MAX_FENCE_INFO:
+                    self._raw.append(text[: j + 1])
+                    self._degrade("", warn=False)
+                    return text[j + 1 :]
+        self._raw.append(text)
+        return ""
+
+    def _on_json(self, text: str) -> str:
+        scan = self._scan
+        assert scan is not None
+        n = scan.feed(text)
+        self._raw.append(text[:n])
+        if self._kind == "tag" and self._call is None and scan.name is not None:
+            self._commit(scan.name)  # a tagged call streams as soon as its name is known
+        if scan.error is not None:
+            if self._call is not None:
+                self._break_call(f"tool call {self._call.index} has malformed JSON ({scan.error})")
+                self._mode = _TAG_TAIL
+            else:
+                self._degrade(
+                    f"malformed tool call JSON ({scan.error}); kept as text",
+                    warn=self._kind == "tag" or scan.saw_name_key,
+                )
+            return text[n:]
+        if scan.done:
+            self._object_closed()
+        return text[n:]
+
+    def _object_closed(self) -> None:
+        scan = self._scan
+        assert scan is not None
+        if self._kind == "tag":
+            if self._call is None:
+                self._degrade(f"{self._open_tag} holds no call name; kept as text", warn=True)
+                return
+            self._close_args()
+            self._mode = _TAG_TAIL
+            return
+        problem = None
+        if scan.name is None or scan.name_invalid:
+            problem = "no string 'name'"
+        elif scan.args_state == "none":
+            problem = "no 'arguments'"
+        elif scan.args_state == "invalid":
+            problem = scan.args_error
+        if problem is not None:
+            self._degrade(
+                f"JSON object is not a tool call ({problem}); kept as text",
+                warn=scan.saw_name_key,
+            )
+            return
+        assert scan.name is not None
+        self._commit(scan.name)
+        self._flush_args()
+        self._close_args()
+        if self._kind == "bare":
+            self._end_call()
+        else:
+            self._mode = _FENCE_TAIL
+
+    def _on_tag_tail(self, text: str) -> str:
+        buf = self._hold + text
+        self._hold = ""
+        open_tag, close_tag = self._open_tag, self._close_tag
+        i = buf.find(close_tag)
+        k = buf.find(open_tag)
+        if i >= 0 and (k < 0 or i < k):
+            self._tail(buf[:i])
+            self._raw.append(close_tag)
+            self._end_call()
+            return buf[i + len(close_tag) :]
+        if k >= 0:
+            # The next call began without closing this one.
+            self._tail(buf[:k])
+            self._warnings.append(f"tool call {self._ncalls - 1} has no {self._close_tag}")
+            self._end_call()
+            return buf[k:]
+        keep = held_suffix(buf, (close_tag, open_tag))
+        self._tail(buf[: len(buf) - keep])
+        self._hold = buf[len(buf) - keep :]
+        return ""
+
+    def _tail(self, text: str) -> None:
+        if text:
+            self._raw.append(text)
+            if not self._tail_junk and not _is_ws(text):
+                self._tail_junk = True
+                self._warnings.append(
+                    f"text after the JSON of tool call {self._ncalls - 1} was ignored"
+                )
+
+    def _on_fence_tail(self, text: str) -> str:
+        buf = self._hold + text
+        self._hold = ""
+        m = _NON_WS.search(buf)
+        if m is None:
+            self._hold = buf
+            return ""
+        rest = buf[m.start() :]
+        if rest.startswith("```"):
+            self._raw.append(buf[: m.start() + 3])
+            self._end_call()
+            return buf[m.start() + 3 :]
+        if rest in ("`", "``"):
+            self._hold = buf  # maybe the start of the closing fence
+            return ""
+        self._end_call()  # no closing fence; what follows is ordinary output
+        return buf
+
+    # ==== Calls ====
+
+    def _commit(self, name: str) -> None:
+        self._call = _OpenCall(self._ncalls, self._new_id(), name)
+        self._ncalls += 1
+        self._tail_junk = False
+        self._prefix = ""  # the separator before a call is not content
+        self._events.append(ToolCallStart(self._call.index, self._call.id, name))
+
+    def _close_args(self) -> None:
+        """The object closed: emit what is left of the arguments and end the call."""
+        call, scan = self._call, self._scan
+        assert call is not None and scan is not None
+        self._flush_args()
+        if not call.arguments:
+            if scan.args_state == "invalid":
+                self._warnings.append(
+                    f"tool call {call.index}: {scan.args_error}; used empty arguments"
+                )
+            call.arguments.append("{}")
+            self._events.append(ToolCallDelta(call.index, "{}"))
+        call.ended = True
+        self._events.append(ToolCallEnd(call.index))
+
+    def _break_call(self, reason: str) -> None:
+        """A committed call cannot be completed: close its arguments validly and say so."""
+        call, scan = self._call, self._scan
+        assert call is not None and scan is not None
+        if call.ended:
+            self._warnings.append(reason)
+            return
+        self._flush_args()
+        if scan.args_state == "object":
+            fix = scan.completion()
+            call.arguments.append(fix)
+            self._events.append(ToolCallDelta(call.index, fix))
+            shown = fix if len(fix) <= 16 else fix[:16] + "…"
+            reason += f"; its arguments were closed with {shown!r}"
+        self._warnings.append(reason)
+        if scan.args_state == "object":
+            scan.args_state = "done"
+        self._close_args()
+
+    def _end_call(self) -> None:
+        call = self._call
+        assert call is not None
+        raw = "".join(self._raw)
+        arguments = "".join(call.arguments)
+        try:
+            tc = ToolCall(id=call.id, name=call.name, arguments=arguments, raw=raw)
+        except (ValueError, RecursionError):  # unreachable: the scanner checks the JSON
+            tc = ToolCall(id=call.id, name=call.name, arguments="{}", raw=raw)
+            self._warnings.append(f"tool call {call.index} arguments were invalid")
+        self._calls.append(tc)
+        self._call = None
+        self._scan = None
+        self._raw = []
+        self._hold = ""
+        self._mode = _LEAD
+
+    def _degrade(self, reason: str, *, warn: bool) -> None:
+        """The candidate is not a call: its text (and the separator before it) is content."""
+        if warn and reason:
+            self._warnings.append(reason)
+        text = self._prefix + "".join(self._raw)
+        self._prefix = ""
+        self._raw = []
+        self._scan = None
+        self._mode = _TEXT
+        self._first = False
+        if not _is_ws(text):
+            self._droppable = False
+            self._drop_ws = ""
+        self._emit_text(text)
+
