@@ -96,6 +96,22 @@ def test_parse_whole_and_stream() -> None:
     assert any(e.get("type") == "tool_call_start" for e in lines[:-1])
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_parse_chatglm3_keeps_control_names_inside_words(tmp_path: Path, stream: bool) -> None:
+    # The data loss of an earlier release: "isopropyl" holds ChatGLM3's "sop" control name.
+    out_file = tmp_path / "out.txt"
+    out_file.write_text("The isopropyl alcohol, [gMASK]ed eop<|user|>ignored", encoding="utf-8")
+    args = ["parse", str(out_file), "--dialect", "chatglm3"] + (["--stream"] if stream else [])
+    out = run(*args)
+    assert out.returncode == 0, out.stderr
+    final = json.loads(out.stdout.splitlines()[-1] if stream else out.stdout)
+    assert final["content"] == "The isopropyl alcohol, [gMASK]ed eop"
+    if stream:
+        deltas = [json.loads(x) for x in out.stdout.splitlines()[:-1]]
+        text = "".join(e["text"] for e in deltas if e["type"] == "text")
+        assert text == final["content"]
+
+
 def test_parse_ids_input(tmp_path: Path) -> None:
     import chatfmt
 

@@ -1,0 +1,248 @@
+"""The decode pipeline: one turn parsed whole, streamed as text chunks, and streamed as ids one
+by one gives the same message, for every dialect and tokenizer.
+
+The generated outputs put control-token names and marker prefixes inside ordinary words
+(``isopropyl`` holds ChatGLM3's ``sop``), split multi-byte characters across ids, and mix in
+real calls, stops and half-written tags: the class of the ``chatfmt parse --stream`` data loss.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chatfmt import get_dialect
+from chatfmt.decoding import ControlSplitter, TurnDecoder, held_suffix
+from chatfmt.dialects.base import Dialect
+from chatfmt.events import Event, ParseResult, ToolCallStart, merge_deltas
+from chatfmt.segments import Control
+from chatfmt.tokenizers.base import Piece, Tokenizer
+
+# ==== Generated outputs ====
+
+TRAPS = [
+    "isopropyl", "sop", "eop", "gMASKed", "[gMASK", "[gMASK]", "[MASK]", "<|use", "<|user",
+    "<|assistant", "<|observ", "<tool_", "</tool_c", "<tool_call", "im_start", "<|im_st",
+    "<|im_start|", "<|endof", "``", "```", "```json\n", '{"name"', "tool_call(", "interpreter",
+    " ", "\n", "\n\n", "é", "你好", "🙂", "ß",
+]  # fmt: skip
+ALPHABET = "abcxyz XYZ019{}[]()<>|/\"'`:,_=-\n\t\r" + "é你🙂"
+
+CHATML_PARTS = [
+    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>",
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "sop <|im_st"}}\n</tool_call>',
+    '{"name": "f", "arguments": {"x": [1, 2.5, null, true]}}',
+    '```json\n{"name": "g", "arguments": {"s": "sop\\n🙂"}}\n```',
+    '{"name": "f", "arguments": "{\\"a\\": 1}"}',
+    '<tool_call>\n{"name": "h", "arguments": {"cut": "sop',
+]  # fmt: skip
+CHATML_CONTROLS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>"]
+GLM_CONTROLS = ["<|assistant|>", "<|user|>", "<|observation|>", "<|system|>"]
+GLM_PARTS = [
+    "<|assistant|>", "<|user|>", "<|observation|>", "<|system|>",
+    '<|assistant|>get_weather\n```python\ntool_call(city="isopropyl", n=3)\n```',
+    "<|assistant|>interpreter\n```python\nprint('sop im_start')\n```",
+    "<|assistant|>bad name\n```python\ntool_call(x=__import__('os'))\n```",
+    "<|assistant|>\n isopropyl alcohol ",
+]  # fmt: skip
+
+
+def outputs(controls: list[str], parts: list[str]) -> st.SearchStrategy[list[Piece]]:
+    """Model output as the model produced it: the family's ``controls`` as tokens, and text
+    that may hold control *names* and prefixes but never a whole control string (text cannot
+    tell that one apart from the token). The list is the test's own, not the dialect's."""
+    splitter = ControlSplitter(controls)
+
+    def split(part: str) -> list[Piece]:
+        return [*splitter.feed(part), *splitter.flush()]
+
+    text = st.one_of(st.sampled_from(TRAPS), st.text(ALPHABET, max_size=6)).map(lambda t: [t])
+    piece = st.one_of(text, st.sampled_from(parts).map(split))
+    return (
+        st.lists(piece, max_size=16)
+        .map(lambda runs: merge_text([p for run in runs for p in run]))
+        .filter(lambda ps: not any(_holds_control(controls, p) for p in ps))
+    )
+
+
+def merge_text(pieces: list[Piece]) -> list[Piece]:
+    out: list[Piece] = []
+    for p in pieces:
+        if isinstance(p, str) and out and isinstance(out[-1], str):
+            out[-1] += p
+        elif p != "":
+            out.append(p)
+    return out
+
+
+def _holds_control(controls: list[str], piece: Piece) -> bool:
+    return isinstance(piece, str) and any(c in piece for c in controls)
+
+
+CUTS = st.lists(st.integers(0, 10_000), max_size=12)
+
+# ==== The three ways in ====
+
+
+def as_text(pieces: list[Piece]) -> str:
+    return "".join(p.token if isinstance(p, Control) else p for p in pieces)
+
+
+def as_ids(tok: Tokenizer, pieces: list[Piece]) -> list[int]:
+    """The ids the model produced: control ids where the vocabulary has the token, and each
+    run of text encoded with specials off (one call per run, as a model's output decodes)."""
+    ids: list[int] = []
+    for p in pieces:
+        if isinstance(p, Control) and tok.has_control(p.token):
+            ids.append(tok.control_id(p.token))
+        else:
+            ids.extend(tok.encode_text(p.token if isinstance(p, Control) else p))
+    return ids
+
+
+def chunks(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    bounds = [0, *points, len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def run_text(dialect: Dialect, parts: list[str]) -> tuple[list[Event], ParseResult]:
+    turn = TurnDecoder(dialect)
+    events = [e for part in parts for e in turn.feed_text(part)]
+    events += turn.finish()
+    return events, turn.result()
+
+
+def run_ids(dialect: Dialect, tok: Tokenizer, ids: list[int]) -> tuple[list[Event], ParseResult]:
+    turn = TurnDecoder(dialect, tok)
+    events = [e for i in ids for e in turn.feed_ids([i])]
+    events += turn.finish()
+    return events, turn.result()
+
+
+def outcome(events: list[Event], result: ParseResult) -> Any:
+    """What must agree: the merged events and the result, call ids aside (they are random)."""
+    evs = [
+        ToolCallStart(e.index, "", e.name) if isinstance(e, ToolCallStart) else e
+        for e in merge_deltas(events)
+    ]
+    msgs = []
+    for m in result.messages:
+        d = m.to_openai()
+        for c in d.get("tool_calls") or ():
+            c["id"] = ""
+        msgs.append(json.dumps(d, sort_keys=True))
+    return evs, msgs, result.finish_reason, result.warnings
+
+
+# ==== Every dialect, every tokenizer ====
+
+CHATML = (CHATML_CONTROLS, CHATML_PARTS)
+GLM = (GLM_CONTROLS, GLM_PARTS)
+CASES = [
+    ("chatml", "cl100k", CHATML),
+    ("chatml", "qwen", CHATML),
+    ("qwen2.5", "qwen", CHATML),
+    ("qwen2.5", "qwen_json", CHATML),
+    ("chatglm3", "small_glm", GLM),
+    ("chatglm3", "glm", GLM),
+]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{d}-{t}" for d, t, _ in CASES])
+def case(request: pytest.FixtureRequest) -> tuple[Dialect, Tokenizer, tuple[list[str], list[str]]]:
+    name, tok_fixture, family = request.param
+    if tok_fixture == "qwen_json":
+        from chatfmt.tokenizers import load_tokenizer
+
+        tok = load_tokenizer(str(request.getfixturevalue("qwen_tokenizer_json")))
+    else:
+        tok = request.getfixturevalue(tok_fixture)
+    return get_dialect(name), tok, family
+
+
+@given(data=st.data())
+def test_whole_text_chunks_and_ids_agree(
+    case: tuple[Dialect, Tokenizer, tuple[list[str], list[str]]], data: st.DataObject
+) -> None:
+    dialect, tok, (controls, parts) = case
+    pieces = data.draw(outputs(controls, parts), label="pieces")
+    cuts = data.draw(CUTS, label="cuts")
+    text = as_text(pieces)
+    whole = run_text(dialect, [text])
+    streamed = run_text(dialect, chunks(text, cuts))
+    by_id = run_ids(dialect, tok, as_ids(tok, pieces))
+    assert outcome(*streamed) == outcome(*whole)
+    assert outcome(*by_id) == outcome(*whole)
+    parsed = dialect.parse(text)
+    assert outcome([], parsed)[1:] == outcome(*whole)[1:]
+
+
+@pytest.mark.parametrize("name", ["chatml", "qwen2.5", "chatglm3"])
+def test_control_names_inside_words_are_kept(name: str) -> None:
+    text = "The isopropyl alcohol: gMASKed sop eop <|use im_start <tool_ [MASK]"
+    dialect = get_dialect(name)
+    for parts in ([text], list(text)):
+        _, result = run_text(dialect, parts)
+        assert result.content == text.strip()
+
+
+# ==== Stops ====
+
+
+def test_stop_string_cuts_an_open_call_and_finishes_with_stop() -> None:
+    qwen = get_dialect("qwen2.5")
+    text = 'Sure.\n<tool_call>\n{"name": "f", "arguments": {"q": "a STOP b"}}\n</tool_call>'
+    for parts in ([text], list(text)):
+        turn = TurnDecoder(qwen, stop_strings=["STOP"])
+        events = [e for p in parts for e in turn.feed_text(p)]
+        events += turn.finish()
+        result = turn.result()
+        assert turn.stopped_by == "string"
+        assert result.content == "Sure."
+        assert result.tool_calls == []
+        assert result.finish_reason == "stop"
+        assert events[-1].reason == "stop"  # type: ignore[union-attr]
+        assert "cut off by a stop sequence" in result.warnings[-1]
+
+
+def test_stop_string_after_a_complete_call_keeps_it() -> None:
+    qwen = get_dialect("qwen2.5")
+    text = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>\nSTOP and more'
+    turn = TurnDecoder(qwen, stop_strings=["STOP"])
+    turn.feed_text(text)
+    events = turn.finish()
+    assert [c.name for c in turn.result().tool_calls] == ["f"]
+    assert turn.result().finish_reason == "tool_calls"
+    assert turn.stopped_by == "string" and events == []  # the stop already finished the turn
+
+
+def test_stop_id_ends_the_turn_and_later_input_is_ignored(qwen: Tokenizer) -> None:
+    dialect = get_dialect("qwen2.5")
+    ids = [*qwen.encode_text("Hi"), qwen.control_id("<|im_end|>"), *qwen.encode_text("more")]
+    turn = TurnDecoder(dialect, qwen)
+    turn.feed_ids(ids)
+    assert turn.done and turn.stopped_by == "control"
+    assert turn.feed_ids(qwen.encode_text("x")) == [] and turn.finish() == []
+    assert turn.result().content == "Hi"
+
+
+def test_ids_need_a_tokenizer() -> None:
+    with pytest.raises(TypeError, match="tokenizer"):
+        TurnDecoder(get_dialect("chatml")).feed_ids([1])
+
+
+# ==== held_suffix ====
+
+
+@given(st.text("ab<|>", max_size=12), st.lists(st.text("ab<|>", max_size=5), max_size=3))
+def test_held_suffix_is_the_longest_proper_prefix_suffix(text: str, markers: list[str]) -> None:
+    expected = max(
+        (k for m in markers for k in range(1, len(m)) if text.endswith(m[:k])), default=0
+    )
+    assert held_suffix(text, markers) == expected
