@@ -9,11 +9,12 @@ SentencePiece processor directly. Golden cases are the PROMPT.md examples; regen
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from goldens import GOLDEN as GOLDEN_ROOT
+from goldens import UPDATE, check_json, check_text
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,8 +25,7 @@ from chatfmt.messages import Conversation, Message, Tool, ToolCall, load_convers
 from chatfmt.segments import Control, Text
 from chatfmt.tokenizers.sentencepiece import SentencePieceTokenizer
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "chatglm3"
-UPDATE = os.environ.get("CHATFMT_UPDATE_GOLDEN") == "1"
+GOLDEN = GOLDEN_ROOT / "chatglm3"
 
 # ==== The official algorithm (reference) ====
 
@@ -347,12 +347,9 @@ def test_golden_matches_official(case: str, glm: SentencePieceTokenizer) -> None
     conv = load_conversation(json.loads((d / "conversation.json").read_text(encoding="utf-8")))
     rendered = dialect.render(conv, glm)
     text = dialect.render_text(conv)
-    if UPDATE:
-        (d / "expected.txt").write_text(text, encoding="utf-8")
-        (d / "expected_ids.json").write_text(json.dumps(rendered.ids) + "\n", encoding="utf-8")
     assert rendered.ids == reference, _diff(glm, rendered.ids, reference)
-    assert rendered.ids == json.loads((d / "expected_ids.json").read_text(encoding="utf-8"))
-    assert text == (d / "expected.txt").read_text(encoding="utf-8")
+    check_json(d / "expected_ids.json", rendered.ids, compact=True)
+    check_text(d / "expected.txt", text)
 
 
 def _diff(tok: SentencePieceTokenizer, got: list[int], want: list[int]) -> str:

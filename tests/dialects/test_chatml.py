@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import unicodedata
 from pathlib import Path
 from typing import Any
 
 import pytest
+from goldens import check_json, check_text, render_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatfmt.dialects import get_dialect
 from chatfmt.decoding import ControlSplitter
+from chatfmt.dialects import get_dialect
 from chatfmt.dialects.base import Dialect
 from chatfmt.dialects.chatml import ChatML, Qwen25
 from chatfmt.messages import Conversation, Message, ToolCall, load_conversation
 from chatfmt.segments import Block, BlockEncoder, Control, Text
 
-GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden" / "chatml"
-UPDATE = os.environ.get("CHATFMT_UPDATE_GOLDEN") == "1"
 TOKENIZERS = ("cl100k", "qwen")
 
 
@@ -129,7 +127,7 @@ def test_tool_call_tags_fall_back_to_text_on_cl100k(cl100k: Any, qwen: Any) -> N
 
 
 def golden_cases() -> list[Path]:
-    return sorted(p for p in GOLDEN_DIR.iterdir() if p.is_dir()) if GOLDEN_DIR.is_dir() else []
+    return render_cases("chatml")
 
 
 @pytest.mark.parametrize("case", golden_cases(), ids=lambda p: p.name)
@@ -143,11 +141,8 @@ def test_golden(case: Path, request: pytest.FixtureRequest) -> None:
         name: d.render(conv, request.getfixturevalue(name), add_generation_prompt=gen).ids
         for name in TOKENIZERS
     }
-    if UPDATE:
-        (case / "expected.txt").write_bytes(text.encode("utf-8"))
-        (case / "expected_ids.json").write_text(json.dumps(ids) + "\n", encoding="utf-8")
-    assert text == (case / "expected.txt").read_bytes().decode("utf-8")
-    assert ids == json.loads((case / "expected_ids.json").read_text(encoding="utf-8"))
+    check_text(case / "expected.txt", text)
+    check_json(case / "expected_ids.json", ids, compact=True)
 
 
 def test_golden_cases_exist() -> None:

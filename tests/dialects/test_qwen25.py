@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from goldens import check_json, check_text, render_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,11 +19,8 @@ from chatfmt.segments import Control, Text
 from chatfmt.tokenizers.tiktoken import QWEN25_ADDED_TOKENS
 
 TESTS = Path(__file__).resolve().parent.parent
-GOLDEN = TESTS / "golden"
 REFERENCE = TESTS.parent.parent / "shared" / "reference"
 TEMPLATE_PATH = REFERENCE / "qwen2.5_chat_template.jinja"
-GOLDEN_DIR = GOLDEN / "qwen2.5"
-UPDATE = os.environ.get("CHATFMT_UPDATE_GOLDEN") == "1"
 QWEN_CONTROLS = QWEN25_ADDED_TOKENS  # checked against the reference file in tests/tokenizers
 
 
@@ -93,7 +90,7 @@ def has_control_string(conv: Conversation) -> bool:
 
 
 def golden_cases() -> list[Path]:
-    return sorted(p for p in GOLDEN_DIR.iterdir() if p.is_dir()) if GOLDEN_DIR.is_dir() else []
+    return render_cases("qwen2.5")
 
 
 @pytest.mark.parametrize("case", golden_cases(), ids=lambda p: p.name)
@@ -104,11 +101,8 @@ def test_golden(case: Path, qwen: Any, template: Any, hf_full: Any) -> None:
     d = Qwen25()
     text = d.render_text(conv, add_generation_prompt=gen)
     ids = d.render(conv, qwen, add_generation_prompt=gen).ids
-    if UPDATE:
-        (case / "expected.txt").write_bytes(text.encode("utf-8"))
-        (case / "expected_ids.json").write_text(json.dumps(ids) + "\n", encoding="utf-8")
-    assert text == (case / "expected.txt").read_bytes().decode("utf-8")
-    assert ids == json.loads((case / "expected_ids.json").read_text(encoding="utf-8"))
+    check_text(case / "expected.txt", text)
+    check_json(case / "expected_ids.json", ids, compact=True)
     # The goldens are anchored to the reference, not only to our past output.
     assert text == reference_text(template, conv, add_generation_prompt=gen)
     if not has_control_string(conv):
