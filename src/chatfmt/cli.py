@@ -6,7 +6,6 @@ Exit status 0 on success and 2 on bad input, with a one-line error that names th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -17,7 +16,7 @@ from .decoding import TurnDecoder
 from .dialects import get_dialect, list_dialects
 from .dialects.base import Dialect
 from .errors import ChatFmtError, MissingDependencyError
-from .events import Event
+from .events import Event, event_json
 from .messages import Conversation, Message, as_conversation, load_conversation
 from .tokenizers import Tokenizer, load_tokenizer
 
@@ -90,18 +89,6 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _event_json(event: Event) -> dict[str, Any]:
-    names = {
-        "TextDelta": "text",
-        "ToolCallStart": "tool_call_start",
-        "ToolCallDelta": "tool_call_delta",
-        "ToolCallEnd": "tool_call_end",
-        "SegmentEnd": "segment_end",
-        "Finish": "finish",
-    }
-    return {"type": names[type(event).__name__], **dataclasses.asdict(event)}
-
-
 def cmd_parse(args: argparse.Namespace) -> int:
     dialect = get_dialect(args.dialect)
     if args.input == "ids":
@@ -130,7 +117,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
         chunks = (turn.feed_text(output[k : k + 8]) for k in range(0, len(output), 8))
     for events in [*chunks, turn.finish(finish)]:
         for event in events:
-            print(json.dumps(_event_json(event), ensure_ascii=False))
+            print(json.dumps(event_json(event), ensure_ascii=False))
     print(json.dumps(turn.result().to_openai(), ensure_ascii=False))
     return 0
 

@@ -6,7 +6,7 @@ every :class:`ToolCallDelta` of one call its final ``arguments`` JSON.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .messages import Message, ToolCall
@@ -82,6 +82,22 @@ def merge_deltas(events: list[Event]) -> list[Event]:
         else:
             out.append(e)
     return out
+
+
+_EVENT_TYPES = {
+    TextDelta: "text",
+    ToolCallStart: "tool_call_start",
+    ToolCallDelta: "tool_call_delta",
+    ToolCallEnd: "tool_call_end",
+    SegmentEnd: "segment_end",
+    Finish: "finish",
+}
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    """The event as a JSON object: ``{"type": "text", "text": ...}`` and so on (what
+    ``chatfmt parse --stream`` prints)."""
+    return {"type": _EVENT_TYPES[type(event)], **asdict(event)}
 
 
 @dataclass
