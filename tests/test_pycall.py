@@ -10,11 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatfmt.errors import ParseError
+from chatfmt.errors import ParseError, PyCallError
 from chatfmt.pycall import (
     MAX_DEPTH,
     MAX_SOURCE_CHARS,
-    PyCallError,
     format_tool_call,
     format_value,
     is_argument_name,

@@ -5,11 +5,15 @@
 >>> chatml = chatfmt.get_dialect("chatml")
 >>> chatml.render([{"role": "user", "content": "Hello"}], tok).ids[:4]
 [100264, 882, 198, 9906]
+
+The data flow, one stage a module: messages → dialect (render) → segments → tokenizer → engine
+→ decoding (:class:`TurnDecoder`: ids or text → the dialect's parser → events) → agent, server.
 """
 
 from __future__ import annotations
 
 from .context import Budget, FitResult
+from .decoding import TurnDecoder
 from .dialects import get_dialect, list_dialects
 from .dialects.base import Dialect, StreamParser
 from .errors import (
@@ -19,10 +23,19 @@ from .errors import (
     TokenizerError,
     ValidationError,
 )
-from .events import ParseResult
+from .events import (
+    Event,
+    Finish,
+    ParseResult,
+    SegmentEnd,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from .messages import Conversation, Message, Tool, ToolCall, from_openai
 from .segments import RenderedPrompt
-from .tokenizers import Tokenizer, load_tokenizer
+from .tokenizers import Tokenizer, list_tokenizers, load_tokenizer
 
 __version__ = "0.1.0"
 
@@ -32,27 +45,29 @@ __all__ = [
     "ContextOverflowError",
     "Conversation",
     "Dialect",
+    "Event",
+    "Finish",
     "FitResult",
     "Message",
     "ParseError",
     "ParseResult",
     "RenderedPrompt",
+    "SegmentEnd",
     "StreamParser",
+    "TextDelta",
     "Tokenizer",
     "TokenizerError",
     "Tool",
     "ToolCall",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "TurnDecoder",
     "ValidationError",
     "__version__",
     "from_openai",
     "get_dialect",
     "list_dialects",
+    "list_tokenizers",
     "load_tokenizer",
 ]
-
-# Reprs and docs say chatfmt.X, not the private module it is defined in.
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type):
-        _obj.__module__ = "chatfmt"
-del _name, _obj

@@ -3,14 +3,20 @@
 Every error says what is wrong and what to do about it. The tree::
 
     ChatFmtError
-    ├── ValidationError        a conversation breaks a rule of its dialect (index, rule, fix)
-    ├── TokenizerError         unknown tokenizer name, unreadable file, missing control token
-    ├── ContextOverflowError   the prompt does not fit the context window (with the numbers)
-    ├── ParseError             strict parsing of model output failed (lenient parsing never raises)
-    ├── ToolError              a tool could not be registered or called
-    ├── InterpreterError       the code interpreter could not run code
-    └── EngineError            the model runtime or remote engine failed
+    ├── ValidationError (ValueError)   a message, tool or conversation breaks a rule (index, rule)
+    ├── UnknownDialectError (KeyError) no dialect has that name (the error lists the names)
+    ├── TokenizerError                 unknown tokenizer, unreadable file, missing control token
+    ├── ContextOverflowError           the prompt does not fit the context window (the numbers)
+    ├── ParseError                     model output is not what a strict reader expects
+    │   └── PyCallError                text is not a literal-only ``tool_call(...)`` (``reason``)
+    ├── ToolError                      a tool could not be registered or called
+    ├── InterpreterError               the code interpreter could not run code
+    └── EngineError                    the model runtime or remote engine failed
+        ├── EngineUnavailableError     it cannot be reached or is not ready (retry later)
+        └── RemoteHTTPError            a remote engine answered an HTTP error (``status_code``)
     MissingDependencyError (ImportError)  an optional extra is not installed
+
+Lenient parsing of model output never raises: what does not parse is text, with a warning.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ class ChatFmtError(Exception):
     """Base class of every error chatfmt raises on purpose."""
 
 
-class ValidationError(ChatFmtError):
-    """A conversation breaks a rule of the dialect it is rendered with.
+class ValidationError(ChatFmtError, ValueError):
+    """A conversation, message or tool breaks a rule (of the data model or of the dialect).
+
+    Also a :class:`ValueError`, as bad input is.
 
     ``index`` is the position of the offending message (``None`` for the whole conversation).
     """
@@ -31,6 +39,13 @@ class ValidationError(ChatFmtError):
         self.rule = rule
         prefix = f"message {index}: " if index is not None else ""
         super().__init__(prefix + message)
+
+
+class UnknownDialectError(ChatFmtError, KeyError):
+    """No dialect has this name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # KeyError would quote the message
 
 
 class TokenizerError(ChatFmtError):
@@ -51,6 +66,14 @@ class ParseError(ChatFmtError):
     """Model output could not be parsed in strict mode."""
 
 
+class PyCallError(ParseError):
+    """Text is not a literal-only ``tool_call(...)``; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
 class ToolError(ChatFmtError):
     """A tool could not be registered, described, or called."""
 
@@ -61,6 +84,18 @@ class InterpreterError(ChatFmtError):
 
 class EngineError(ChatFmtError):
     """The model runtime or remote engine failed or is unreachable."""
+
+
+class EngineUnavailableError(EngineError):
+    """The engine cannot be reached or is not ready; retrying later may succeed."""
+
+
+class RemoteHTTPError(EngineError):
+    """A remote engine answered with an HTTP error status."""
+
+    def __init__(self, message: str, *, status_code: int) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 class MissingDependencyError(ImportError):

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ValidationError as PydanticValidationError
 
 from .errors import ValidationError
 
@@ -33,6 +34,16 @@ def new_call_id() -> str:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __init__(self, **data: Any) -> None:
+        # Callers catch chatfmt's own error, with the field and the problem in one line, not
+        # pydantic's multi-line report.
+        try:
+            super().__init__(**data)
+        except PydanticValidationError as exc:
+            raise ValidationError(
+                f"invalid {type(self).__name__}: {_first_error(exc)}", rule="schema"
+            ) from None
 
 
 class ToolCall(_Model):

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ParseError
+from .errors import PyCallError
 
 #: The function name ChatGLM3 uses for tool calls.
 TOOL_CALL = "tool_call"
@@ -29,14 +29,6 @@ TOOL_CALL = "tool_call"
 MAX_SOURCE_CHARS = 1_000_000
 #: Deepest nesting of lists, tuples and dicts accepted in one argument value.
 MAX_DEPTH = 64
-
-
-class PyCallError(ParseError):
-    """Text is not a literal-only ``tool_call(...)``; ``reason`` says why."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
 
 
 def parse_tool_call(source: str, *, function: str = TOOL_CALL) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from chatfmt.dialects.chatglm3 import ChatGLM3
 from chatfmt.dialects.glm import fenced_code
+from chatfmt.errors import PyCallError
 from chatfmt.events import (
     Event,
     Finish,
@@ -28,7 +29,7 @@ from chatfmt.events import (
     merge_deltas,
 )
 from chatfmt.messages import Message, ToolCall
-from chatfmt.pycall import PyCallError, is_argument_name, parse_tool_call
+from chatfmt.pycall import is_argument_name, parse_tool_call
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Piece
 from chatfmt.tokenizers.sentencepiece import SentencePieceTokenizer

@@ -18,9 +18,8 @@ import pytest
 
 from chatfmt.dialects import get_dialect
 from chatfmt.engines import SamplingParams
-from chatfmt.engines.base import EngineUnavailableError
 from chatfmt.engines.remote import RemoteEngine
-from chatfmt.errors import EngineError
+from chatfmt.errors import EngineError, EngineUnavailableError
 from chatfmt.tokenizers import Tokenizer
 
 httpx = pytest.importorskip("httpx", reason="RemoteEngine needs httpx (chatfmt[server])")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..decoding import ControlSplitter
-from ..errors import ChatFmtError
+from ..errors import UnknownDialectError
 from .base import Dialect, StreamParser
 
 
@@ -32,13 +32,6 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "qwen2.5": _qwen25,
     "chatglm3": _chatglm3,
 }
-
-
-class UnknownDialectError(ChatFmtError, KeyError):
-    """No dialect has this name."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 def list_dialects() -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import EngineError
+from ..errors import EngineUnavailableError as EngineUnavailableError  # TEMP re-export
 from ..tokenizers.base import Tokenizer
 
 EngineFinish = Literal["stop", "length"]
@@ -63,10 +64,6 @@ class Generation:
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     finish_reason: EngineFinish = "stop"
-
-
-class EngineUnavailableError(EngineError):
-    """The engine cannot be reached or is not ready; retrying later may succeed."""
 
 
 class Engine(ABC):

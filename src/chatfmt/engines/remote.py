@@ -36,24 +36,16 @@ from typing import Any, Literal
 
 from .._imports import require
 from ..decoding import ControlSplitter
-from ..errors import EngineError
+from ..errors import EngineError, EngineUnavailableError, RemoteHTTPError
 from ..segments import Control
 from ..tokenizers.base import Piece, Tokenizer
-from .base import Engine, EngineUnavailableError, GenerationChunk, SamplingParams
+from .base import Engine, GenerationChunk, SamplingParams
 
 Flavor = Literal["vllm", "llama.cpp", "llama-cpp-python", "openai"]
 PromptMode = Literal["ids", "text"]
 
 DEFAULT_CONTEXT_LENGTH = 4096
 _RETRY_STATUS = frozenset({502, 503, 504})
-
-
-class RemoteHTTPError(EngineError):
-    """The remote server answered with an HTTP error status."""
-
-    def __init__(self, message: str, *, status_code: int) -> None:
-        super().__init__(message)
-        self.status_code = status_code
 
 
 class RemoteEngine(Engine):

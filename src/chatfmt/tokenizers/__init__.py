@@ -14,7 +14,7 @@ __all__ = [
     "SpecialTokenPolicy",
     "StreamDecoder",
     "Tokenizer",
-    "list_tokenizer_names",
+    "list_tokenizers",
     "load_tokenizer",
 ]
 
@@ -37,16 +37,17 @@ def _qwen25() -> Tokenizer:
     return qwen25()
 
 
-_NAMED: dict[str, Callable[[], Tokenizer]] = {
+#: Named tokenizers: name → constructor (as :data:`chatfmt.dialects.DIALECT_CONSTRUCTORS`).
+TOKENIZER_CONSTRUCTORS: dict[str, Callable[[], Tokenizer]] = {
     "cl100k_base": _cl100k,
     "o200k_base": _o200k,
     "qwen2.5": _qwen25,
 }
 
 
-def list_tokenizer_names() -> list[str]:
+def list_tokenizers() -> list[str]:
     """Names :func:`load_tokenizer` accepts besides file paths."""
-    return sorted(_NAMED)
+    return sorted(TOKENIZER_CONSTRUCTORS)
 
 
 @functools.lru_cache(maxsize=16)
@@ -57,8 +58,8 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
     Face), ``*.tiktoken`` (rank file), ``*.gguf`` (the model's own vocabulary, via llama.cpp),
     or a model directory holding one of these. Loaded tokenizers are cached.
     """
-    if name_or_path in _NAMED:
-        return _NAMED[name_or_path]()
+    if name_or_path in TOKENIZER_CONSTRUCTORS:
+        return TOKENIZER_CONSTRUCTORS[name_or_path]()
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         for candidate in ("tokenizer.model", "tokenizer.json"):
@@ -71,7 +72,7 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
                 path = ggufs[0]
     if not path.is_file():
         raise TokenizerError(
-            f"unknown tokenizer {name_or_path!r}: use one of {', '.join(list_tokenizer_names())} "
+            f"unknown tokenizer {name_or_path!r}; available: {', '.join(list_tokenizers())}, "
             "or a path to tokenizer.model, tokenizer.json, *.tiktoken or *.gguf"
         )
     suffix = path.suffix.lower()
