@@ -90,10 +90,7 @@ def _interpreter_factory() -> tuple[Callable[[], Any], str]:
 def tok() -> Tokenizer:
     from chatfmt.tokenizers import load_tokenizer
 
-    try:
-        return load_tokenizer("qwen2.5")
-    except Exception as exc:
-        pytest.skip(f"the qwen2.5 tokenizer is not available: {exc}")
+    return load_tokenizer("qwen2.5")
 
 
 @pytest.fixture(scope="module")
