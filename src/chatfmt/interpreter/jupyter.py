@@ -25,13 +25,10 @@ A run that exceeds its timeout is interrupted (SIGINT); if the kernel is not idl
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import enum
 import functools
 import os
 import queue
-import re
 import shutil
 import signal
 import subprocess
@@ -41,17 +38,14 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
 from .._imports import require
 from ..errors import InterpreterError
-from ..tools.truncate import truncate
+from .results import ExecutionResult, _Collector
 
-# CSI sequences (colours, cursor moves) and OSC sequences (titles, hyperlinks).
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _MPL_INLINE = "module://matplotlib_inline.backend_inline"
 # Environment variables a kernel gets without inherit_env (plus LC_*).
 _ENV_KEEP = frozenset(
@@ -63,140 +57,6 @@ _ENV_KEEP = frozenset(
         "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
     }
 )  # fmt: skip
-# Output kept per run before the budget cut; stops a runaway print loop from eating memory.
-_CAPTURE_LIMIT = 1_000_000
-
-
-class _Default(enum.Enum):
-    MAX_OUTPUT_CHARS = "max_output_chars"
-
-
-def strip_ansi(text: str) -> str:
-    """Remove terminal escape sequences (IPython colours its tracebacks)."""
-    return _ANSI_RE.sub("", text)
-
-
-@dataclass
-class ExecutionResult:
-    """What one run of code produced.
-
-    ``text`` is stdout, stderr and ``text/plain`` results (the last expression's value,
-    ``display()`` output) in the order they came; ``images`` the decoded ``image/png`` outputs;
-    ``error`` the traceback (ANSI escapes stripped, ending in ``ename: evalue``), or ``None``.
-    """
-
-    text: str = ""
-    images: list[bytes] = field(default_factory=list)
-    error: str | None = None
-    ename: str | None = None
-    evalue: str | None = None
-    timed_out: bool = False
-    restarted: bool = False
-    max_output_chars: int | None = 4000
-
-    @property
-    def ok(self) -> bool:
-        """True when the code ran to the end without an error."""
-        return self.error is None
-
-    def with_error(self, error: str, *, ename: str | None = None) -> ExecutionResult:
-        """Set ``error`` (and ``ename``/``evalue`` from it); return self."""
-        self.error = error
-        self.ename = ename or error.split(":", 1)[0]
-        self.evalue = error.split(": ", 1)[1] if ": " in error else error
-        return self
-
-    def images_base64(self) -> list[str]:
-        """The images as base64 strings (for JSON, data URLs, the web UI)."""
-        return [base64.b64encode(img).decode("ascii") for img in self.images]
-
-    def observation(
-        self, *, max_chars: int | _Default | None = _Default.MAX_OUTPUT_CHARS, fence: bool = False
-    ) -> str:
-        """The text the model sees: output text, ``[Image]`` per image, then the error.
-
-        Cut to ``max_chars`` (default ``max_output_chars``; ``None``: no cut) keeping both ends,
-        since errors come last. ``fence=True`` wraps it in a ````result`` block, the form
-        ChatGLM3's PROMPT.md shows for interpreter observations.
-        """
-        parts = [self.text.rstrip()] if self.text.strip() else []
-        parts.extend("[Image]" for _ in self.images)
-        if self.error:
-            parts.append(self.error.rstrip())
-        body = "\n".join(parts)
-        budget = self.max_output_chars if isinstance(max_chars, _Default) else max_chars
-        if budget is not None:
-            body = truncate(body, max_chars=budget, keep="head_tail")
-        return f"```result\n{body}\n```" if fence else body
-
-
-class _Collector:
-    """Accumulates the iopub messages of one run into an :class:`ExecutionResult`."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.size = 0
-        self.dropped = 0
-        self.images: list[bytes] = []
-        self.error: str | None = None
-        self.ename: str | None = None
-        self.evalue: str | None = None
-        self.idle = False
-
-    def add_text(self, text: str, *, own_line: bool = False) -> None:
-        text = strip_ansi(text)
-        if own_line:
-            if self.parts and not self.parts[-1].endswith("\n"):
-                text = "\n" + text
-            if not text.endswith("\n"):
-                text += "\n"
-        room = _CAPTURE_LIMIT - self.size
-        if room <= 0:
-            self.dropped += len(text)
-            return
-        self.parts.append(text[:room])
-        self.size += min(room, len(text))
-        self.dropped += max(0, len(text) - room)
-
-    def handle(self, msg: Mapping[str, Any]) -> None:
-        kind = msg.get("msg_type") or msg.get("header", {}).get("msg_type")
-        content: Mapping[str, Any] = msg.get("content", {})
-        if kind == "stream":
-            self.add_text(str(content.get("text", "")))
-        elif kind in ("execute_result", "display_data", "update_display_data"):
-            data: Mapping[str, Any] = content.get("data", {})
-            png = data.get("image/png")
-            if isinstance(png, str):
-                with contextlib.suppress(ValueError):
-                    self.images.append(base64.b64decode(png))
-            elif isinstance(png, bytes):
-                self.images.append(png)
-            elif "text/plain" in data:
-                self.add_text(str(data["text/plain"]), own_line=True)
-        elif kind == "error":
-            self.ename = str(content.get("ename", "Error"))
-            self.evalue = str(content.get("evalue", ""))
-            tb = strip_ansi("\n".join(str(line) for line in content.get("traceback", [])))
-            headline = f"{self.ename}: {self.evalue}" if self.evalue else self.ename
-            self.error = tb.strip("\n") if tb.strip() else headline
-        elif kind == "clear_output":
-            self.parts, self.size, self.images = [], 0, []
-        elif kind == "status" and content.get("execution_state") == "idle":
-            self.idle = True
-
-    def result(self, max_output_chars: int | None, **flags: Any) -> ExecutionResult:
-        text = "".join(self.parts)
-        if self.dropped:
-            text += f"\n…[dropped {self.dropped} more characters of output]\n"
-        return ExecutionResult(
-            text=text,
-            images=self.images,
-            error=self.error,
-            ename=self.ename,
-            evalue=self.evalue,
-            max_output_chars=max_output_chars,
-            **flags,
-        )
 
 
 @functools.cache
