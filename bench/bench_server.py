@@ -231,7 +231,7 @@ def server_rate(url: str, tokens: int) -> tuple[float, int]:
 def bench_decode(tokens: int, reps: int, threads: int) -> dict[str, Any]:
     import llama_cpp
 
-    from chatfmt.models import ensure_default_model
+    from chatfmt.engines.default_model import ensure_default_model
 
     path = ensure_default_model(progress=False)
     ids = prompt_ids()

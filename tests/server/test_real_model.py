@@ -28,7 +28,7 @@ def server() -> Iterator[ServerThread]:
         pytest.skip("the default model's part packages are not installed (chatfmt[local])")
     from chatfmt.dialects import get_dialect
     from chatfmt.engines.local import LocalEngine
-    from chatfmt.models import DEFAULT_MODEL_NAME, ensure_default_model
+    from chatfmt.engines.default_model import DEFAULT_MODEL_NAME, ensure_default_model
     from chatfmt.server import create_app
 
     # One llama.cpp thread: its threads spin at barriers, so on a small or busy machine a

@@ -39,7 +39,7 @@ REPLY_TIMEOUT = 240_000  # ms; about 20 tokens/s on two CPU cores
 @pytest.fixture(scope="module")
 def real_url() -> Iterator[str]:
     from chatfmt.engines.local import LocalEngine
-    from chatfmt.models import DEFAULT_MODEL_NAME, ensure_default_model
+    from chatfmt.engines.default_model import DEFAULT_MODEL_NAME, ensure_default_model
 
     factory = None
     if importlib.util.find_spec("jupyter_client") and importlib.util.find_spec("ipykernel"):
@@ -69,7 +69,7 @@ def real_url() -> Iterator[str]:
 
 @pytest.fixture
 def real_page(browser: Browser, real_url: str) -> Iterator[Page]:  # noqa: F811
-    from chatfmt.models import DEFAULT_MODEL_NAME
+    from chatfmt.engines.default_model import DEFAULT_MODEL_NAME
 
     yield from _page(browser, real_url, model=f"{DEFAULT_MODEL_NAME} · qwen2.5")
 

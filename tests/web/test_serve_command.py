@@ -99,7 +99,7 @@ def test_foreign_host_names_are_refused(served: str) -> None:
 
 
 def test_web_chat_of_chatfmt_serve(browser: Browser, served: str) -> None:  # noqa: F811
-    from chatfmt.models import DEFAULT_MODEL_NAME
+    from chatfmt.engines.default_model import DEFAULT_MODEL_NAME
 
     for page in _page(browser, served + "/", model=f"{DEFAULT_MODEL_NAME} · qwen2.5"):
         send(page, "Name one primary colour. One word.")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from chatfmt import models
+from chatfmt.engines import default_model as models
 from chatfmt.errors import EngineError
 
 

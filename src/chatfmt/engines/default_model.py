@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import EngineError
+from ..errors import EngineError
 
 DEFAULT_MODEL_NAME = "qwen2.5-coder-0.5b-instruct"
 DEFAULT_MODEL_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
