@@ -186,17 +186,27 @@ class TurnDecoder:
 
     def feed_ids(self, ids: Iterable[int]) -> list[Event]:
         """Generated token ids (needs the tokenizer)."""
-        if self._decoder is None:
+        decoder = self._decoder
+        if decoder is None:
             raise TypeError("decoding token ids needs the tokenizer that produced them")
         events: list[Event] = []
-        decoder = self._decoder
-        for token_id in ids:
+        if self.done:
+            return events
+        decode, stop_ids = decoder.feed, self._stop_ids
+        feed = None if self._stops else self.parser.feed
+        for token_id in ids:  # the hot loop of every streamed reply: kept lean
+            if token_id in stop_ids:
+                events += self._end("control", "stop")
+                break
+            pieces = decode(token_id)
+            if not pieces:
+                continue
+            if feed is not None and len(pieces) == 1 and type(pieces[0]) is str:
+                events += feed(pieces[0])  # plain text, no stop strings: straight to the parser
+                continue
+            events += self._pieces(pieces)
             if self.done:
                 break
-            if token_id in self._stop_ids:
-                events.extend(self._end("control", "stop"))
-                break
-            events.extend(self._pieces(decoder.feed(token_id)))
         return events
 
     def feed_text(self, text: str) -> list[Event]:
@@ -254,30 +264,30 @@ class TurnDecoder:
 
     def _pieces(self, pieces: Iterable[Piece]) -> list[Event]:
         events: list[Event] = []
-        parser = self.parser
+        feed = self.parser.feed
         stops = self._stops
         for piece in pieces:
             if self.done:
                 break
             if isinstance(piece, Control):
                 if piece.token in self._stop_controls:
-                    events.extend(self._end("control", "stop"))
+                    events += self._end("control", "stop")
                     break
                 if stops:
                     # A control token breaks any partial stop sequence: release the held text.
                     held = stops.flush()
                     if held:
-                        events.extend(self._track(parser.feed(held)))
-                events.extend(self._track(parser.feed(piece)))
+                        events += self._track(feed(held))
+                events += self._track(feed(piece))
             elif not stops:
-                events.extend(self._track(parser.feed(piece)))
+                events += feed(piece)  # no stop strings: no call can be cut, nothing to track
             else:
                 text, hit = stops.feed(piece)
                 if text:
-                    events.extend(self._track(parser.feed(text)))
+                    events += self._track(feed(text))
                 if hit:
                     self._cut = dict(self._open)
-                    events.extend(self._end("string", "stop"))
+                    events += self._end("string", "stop")
                     break
         return events
 
@@ -287,8 +297,9 @@ class TurnDecoder:
         return self._track(self.parser.finish(reason))
 
     def _track(self, events: list[Event]) -> list[Event]:
-        """Follow which calls are open; drop what the parser adds to calls that were cut."""
-        if not events:
+        """Follow which calls are open; drop what the parser adds to calls that were cut.
+        Only a stop string can cut a call, so without stop strings there is nothing to do."""
+        if not events or not self._stops:
             return events
         cut = self._cut
         out: list[Event] = []

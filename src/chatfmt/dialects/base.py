@@ -43,26 +43,28 @@ class StreamParser(ABC):
     ) -> None:
         self._new_id = id_factory or new_call_id
         self._stops = frozenset(stop_controls)
-        self._stopped = False
+        self._live = True  # neither stopped nor finished
         self._finish: Literal["stop", "length"] | None = None
         self._warnings: list[str] = []
 
     def feed(self, piece: Piece) -> list[Event]:
         """Consume text or a control token; return the events it completes."""
-        if self._stopped or self._finish is not None:
+        if type(piece) is str:  # the hot path: one call per generated token
+            return self.on_text(piece) if piece and self._live else []
+        if not self._live:
             return []
-        if isinstance(piece, Control):
-            if piece.token in self._stops:
-                self._stopped = True  # the turn is over; anything after it is not ours
-                return []
-            return self.on_control(piece.token)
-        return self.on_text(piece) if piece else []
+        assert isinstance(piece, Control)
+        if piece.token in self._stops:
+            self._live = False  # the turn is over; anything after it is not ours
+            return []
+        return self.on_control(piece.token)
 
     def finish(self, reason: Literal["stop", "length"] = "stop") -> list[Event]:
         """End of output (a stop token, or ``length`` when cut by max_tokens)."""
         if self._finish is not None:
             return []
         self._finish = reason
+        self._live = False
         return self.on_finish(reason)
 
     @abstractmethod
