@@ -262,7 +262,7 @@ def bench_decode(tokens: int, reps: int, threads: int) -> dict[str, Any]:
 
 
 def serve_default(threads: int) -> None:
-    from chatfmt.serve import run_server
+    from chatfmt.cli.serve import run_server
 
     run_server(port=0, n_threads=threads)
 

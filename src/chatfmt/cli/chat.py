@@ -12,12 +12,20 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ._imports import require
-from .agent import Agent, AgentResult, CodeRunner, ModelEvent, ToolFinished, ToolRunner, ToolStarted
-from .dialects.base import Dialect
-from .engines.base import Engine, SamplingParams
-from .events import TextDelta
-from .messages import INTERPRETER, Message
+from .._imports import require
+from ..agent import (
+    Agent,
+    AgentResult,
+    CodeRunner,
+    ModelEvent,
+    ToolFinished,
+    ToolRunner,
+    ToolStarted,
+)
+from ..dialects.base import Dialect
+from ..engines.base import Engine, SamplingParams
+from ..events import TextDelta
+from ..messages import INTERPRETER, Message
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

@@ -8,14 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from ._imports import require
-from .dialects import get_dialect
-from .dialects.base import Dialect
-from .errors import ChatFmtError
-from .engines.default_model import DEFAULT_MODEL_NAME, resolve_model
+from .._imports import require
+from ..dialects import get_dialect
+from ..dialects.base import Dialect
+from ..engines.default_model import DEFAULT_MODEL_NAME, resolve_model
+from ..errors import ChatFmtError
 
 if TYPE_CHECKING:
-    from .engines.base import Engine
+    from ..engines.base import Engine
 
 EngineKind = Literal["local", "remote"]
 
@@ -37,14 +37,14 @@ def build_engine(
     else ``model`` itself (a ``.gguf``, ``tokenizer.json`` or model directory).
     """
     if engine == "local":
-        from .engines.local import LocalEngine
+        from ..engines.local import LocalEngine
 
         return LocalEngine(resolve_model(model), n_ctx=n_ctx, n_threads=n_threads)
     if engine == "remote":
         if not engine_url:
             raise ChatFmtError("--engine remote needs --engine-url URL (the server's base URL)")
-        from .engines.remote import RemoteEngine
-        from .tokenizers import load_tokenizer
+        from ..engines.remote import RemoteEngine
+        from ..tokenizers import load_tokenizer
 
         name = tokenizer or ("qwen2.5" if model == "default" else model)
         return RemoteEngine(
@@ -103,7 +103,7 @@ def run_server(
     """
     uvicorn = require("uvicorn", extra="server")
     require("fastapi", extra="server")
-    from .server import create_app
+    from ..server import create_app
 
     stream = out or sys.stdout
     chosen = get_dialect(dialect) if dialect else default_dialect(model)

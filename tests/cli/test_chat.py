@@ -7,8 +7,8 @@ import io
 from rich.console import Console
 
 import chatfmt
+from chatfmt.cli.chat import run_chat
 from chatfmt.engines.fake import FakeEngine
-from chatfmt.terminal import run_chat
 from chatfmt.tools import ToolRegistry, tool
 
 

@@ -12,13 +12,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from .decoding import TurnDecoder
-from .dialects import get_dialect, list_dialects
-from .dialects.base import Dialect
-from .errors import ChatFmtError, MissingDependencyError
-from .events import Event, event_json
-from .messages import Conversation, Message, as_conversation, load_conversation
-from .tokenizers import Tokenizer, load_tokenizer
+from ..decoding import TurnDecoder
+from ..dialects import get_dialect, list_dialects
+from ..dialects.base import Dialect
+from ..errors import ChatFmtError, MissingDependencyError
+from ..events import Event, event_json
+from ..messages import Conversation, Message, as_conversation, load_conversation
+from ..tokenizers import Tokenizer, load_tokenizer
 
 #: Tokenizer used when ``--tokenizer`` is not given.
 DEFAULT_TOKENIZER = {"chatml": "cl100k_base", "qwen2.5": "qwen2.5"}
@@ -123,7 +123,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_count(args: argparse.Namespace) -> int:
-    from .context import Budget
+    from ..context import Budget
 
     dialect = get_dialect(args.dialect)
     tok = _tokenizer(args, dialect)
@@ -134,7 +134,7 @@ def cmd_count(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from .context import Budget
+    from ..context import Budget
 
     dialect = get_dialect(args.dialect)
     tok = _tokenizer(args, dialect)
@@ -163,8 +163,8 @@ def load_tools_file(path: str) -> Any:
     """
     import importlib.util
 
-    from .tools import ToolRegistry
-    from .tools.registry import SPEC_ATTR
+    from ..tools import ToolRegistry
+    from ..tools.registry import SPEC_ATTR
 
     file = Path(path)
     if not file.is_file():
@@ -200,8 +200,8 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from .chat import run_chat
     from .serve import build_engine, default_dialect
-    from .terminal import run_chat
 
     tools = load_tools_file(args.tools) if args.tools else None
     dialect = get_dialect(args.dialect) if args.dialect else default_dialect(args.model)
@@ -214,7 +214,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         n_ctx=args.n_ctx,
     )
     if args.interpreter:
-        from .interpreter import JupyterInterpreter
+        from ..interpreter import JupyterInterpreter
 
         with JupyterInterpreter() as interpreter:
             run_chat(engine, dialect, tools=tools, interpreter=interpreter, system=args.system)
@@ -235,8 +235,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tools = load_tools_file(args.tools) if args.tools else None
 
     def configure(app: Any, engine: Any, dialect: Dialect) -> None:
+        from ..web import demo_tools, mount_web
         from .serve import model_name
-        from .web import demo_tools, mount_web
 
         factory = None
         if not args.no_interpreter:
@@ -247,7 +247,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             else:
                 import atexit
 
-                from .interpreter import KernelPool
+                from ..interpreter import KernelPool
 
                 # A warm kernel waits for the next conversation that asks for the interpreter.
                 pool = KernelPool(size=1, timeout=60).start()
@@ -282,7 +282,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def require_jupyter() -> None:
     """Raise MissingDependencyError unless the interpreter's kernel packages are installed."""
-    from ._imports import require
+    from .._imports import require
 
     require("jupyter_client", extra="jupyter")
     require("ipykernel", extra="jupyter")
@@ -399,7 +399,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

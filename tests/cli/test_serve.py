@@ -10,8 +10,8 @@ import sys
 import httpx
 import pytest
 
+from chatfmt.cli.serve import build_engine, default_dialect, model_name
 from chatfmt.errors import ChatFmtError
-from chatfmt.serve import build_engine, default_dialect, model_name
 
 
 def test_helpers() -> None:
@@ -37,7 +37,7 @@ def test_remote_engine_needs_no_model_runtime() -> None:
     reason="the default model (chatfmt[local]) is not installed",
 )
 def test_run_server_prints_url_and_serves() -> None:
-    code = "from chatfmt.serve import run_server; run_server(port=0, n_threads=1)"
+    code = "from chatfmt.cli.serve import run_server; run_server(port=0, n_threads=1)"
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -1,0 +1,7 @@
+"""``python -m chatfmt.cli``: the same as the ``chatfmt`` command."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
