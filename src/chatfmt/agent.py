@@ -164,10 +164,10 @@ class Agent:
             stream = self.engine.stream(prompt.ids, params)
             try:
                 async for chunk in stream:
-                    for ev in turn.feed_ids(chunk.token_ids):
-                        yield ModelEvent(ev)
                     if chunk.finish_reason is not None:
                         finish = chunk.finish_reason
+                    for ev in turn.feed_chunk(chunk):
+                        yield ModelEvent(ev)
                     if turn.done:
                         break
             finally:

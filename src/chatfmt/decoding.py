@@ -32,6 +32,7 @@ from .tokenizers.base import Piece, Tokenizer
 
 if TYPE_CHECKING:
     from .dialects.base import Dialect, StreamParser
+    from .engines.base import GenerationChunk
 
 
 def held_suffix(text: str, markers: Iterable[str]) -> int:
@@ -207,6 +208,17 @@ class TurnDecoder:
             events += self._pieces(pieces)
             if self.done:
                 break
+        return events
+
+    def feed_chunk(self, chunk: GenerationChunk) -> list[Event]:
+        """One chunk of an engine's stream: its ids, or its text when the engine only had text
+        (:attr:`~chatfmt.engines.GenerationChunk.exact_ids`); a finish reason ends the turn."""
+        if chunk.exact_ids:
+            events = self.feed_ids(chunk.token_ids)
+        else:
+            events = self.feed_text(chunk.text or "")
+        if chunk.finish_reason is not None and not self.done:
+            events += self.finish(chunk.finish_reason)
         return events
 
     def feed_text(self, text: str) -> list[Event]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from chatfmt.decoding import TurnDecoder
 from chatfmt.dialects import get_dialect
 from chatfmt.engines import SamplingParams
 from chatfmt.engines.remote import RemoteEngine
@@ -219,3 +220,39 @@ def test_context_check_before_sending(qwen) -> None:
     with pytest.raises(EngineError, match="context length 100"):
         asyncio.run(eng.generate([1] * 150, SamplingParams(max_tokens=5)))
     assert srv.bodies == []
+
+
+def test_text_only_output_splits_only_the_dialects_text_controls(small_glm) -> None:
+    # ChatGLM3's "sop" is a control id, but in a text-only server's output it is part of a word;
+    # and re-encoding each text chunk by itself would give SentencePiece a space per chunk.
+    glm3 = get_dialect("chatglm3")
+    reply = sse(choice("\nThe isop"), choice("ropyl alcohol<|user|>"), choice("", "stop"))
+    srv = Server("me", lambda body: httpx.Response(200, content=reply))
+    prompt = glm3.render([{"role": "user", "content": "hi"}], small_glm).ids
+    results = {}
+    for controls in (None, glm3.text_controls):
+        eng = RemoteEngine(
+            "http://engine.test/v1/",
+            tokenizer=small_glm,
+            transport=httpx.MockTransport(srv),
+            context_length=4096,
+            flavor="llama-cpp-python",  # answers text only
+            text_controls=controls,
+        )
+        chunks = asyncio.run(collect(eng.stream(prompt, SamplingParams(max_tokens=20))))
+        assert not any(c.exact_ids for c in chunks)  # ids re-encoded from text: decode the text
+        turn = TurnDecoder(glm3, small_glm)
+        for c in chunks:
+            turn.feed_chunk(c)
+        sop = small_glm.control_id("sop")
+        results[controls is None] = (
+            turn.result().content,
+            sop in sum((c.token_ids for c in chunks), ()),
+        )
+    # The text is decoded, so no split can lose a word; the counted ids follow the dialect.
+    assert results[False] == ("The isopropyl alcohol", False)
+    assert results[True] == ("The isopropyl alcohol", True)
+
+
+async def collect(stream: Any) -> list[Any]:
+    return [chunk async for chunk in stream]

@@ -212,6 +212,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         api_key_remote=args.engine_api_key,
         n_ctx=args.n_ctx,
+        text_controls=dialect.text_controls,
     )
     if args.interpreter:
         from ..interpreter import JupyterInterpreter

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
@@ -29,12 +29,15 @@ def build_engine(
     api_key_remote: str | None = None,
     n_ctx: int | None = None,
     n_threads: int | None = None,
+    text_controls: Sequence[str] | None = None,
 ) -> Engine:
     """The engine ``chatfmt serve`` would run (the model is loaded for ``local``).
 
     For ``remote``, ``tokenizer`` names the served model's vocabulary (a name or path for
     :func:`~chatfmt.tokenizers.load_tokenizer`); by default ``qwen2.5`` for the default model,
     else ``model`` itself (a ``.gguf``, ``tokenizer.json`` or model directory).
+    ``text_controls`` are the dialect's (:attr:`~chatfmt.Dialect.text_controls`): where a remote
+    server returns text only, control tokens are split out of it at these and no others.
     """
     if engine == "local":
         from ..engines.local import LocalEngine
@@ -52,6 +55,7 @@ def build_engine(
             tokenizer=load_tokenizer(name),
             api_key=api_key_remote,
             context_length=n_ctx,
+            text_controls=text_controls,
         )
     raise ChatFmtError(f"unknown engine {engine!r}; use 'local' or 'remote'")
 
@@ -115,6 +119,7 @@ def run_server(
         api_key_remote=engine_api_key,
         n_ctx=n_ctx,
         n_threads=n_threads,
+        text_controls=chosen.text_controls,
     )
     name = model_name(model)
 

@@ -49,12 +49,16 @@ class SamplingParams:
 class GenerationChunk:
     """Newly generated ids; ``text`` when the engine also reports their text.
 
-    The last chunk of a stream has ``finish_reason`` set (it may carry no ids).
+    The last chunk of a stream has ``finish_reason`` set (it may carry no ids). ``exact_ids``
+    is False when the engine only had text and re-encoded it: such ids count tokens, but the
+    text is what to decode (re-encoding a fragment can differ from what the model generated,
+    e.g. SentencePiece puts a space before every separately encoded piece).
     """
 
     token_ids: tuple[int, ...]
     text: str | None = None
     finish_reason: EngineFinish | None = None
+    exact_ids: bool = True
 
 
 @dataclass(slots=True)

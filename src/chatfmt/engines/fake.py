@@ -39,8 +39,10 @@ class FakeEngine(Engine):
         context_length: int = 32768,
         delay: float = 0.0,
         fail_after: int | None = None,
+        text_controls: Sequence[str] | None = None,
     ) -> None:
         self._tokenizer = tokenizer
+        self._text_controls = list(tokenizer.controls if text_controls is None else text_controls)
         self._script = script
         self._context_length = context_length
         self._calls = 0
@@ -64,7 +66,7 @@ class FakeEngine(Engine):
         if not isinstance(reply, str):
             return list(reply)
         tok = self._tokenizer
-        splitter = ControlSplitter(list(tok.controls))
+        splitter = ControlSplitter(self._text_controls)
         ids: list[int] = []
         for piece in [*splitter.feed(reply), *splitter.flush()]:
             if isinstance(piece, Control):

@@ -73,6 +73,7 @@ class RemoteEngine(Engine):
         context_length: int | None = None,
         flavor: Flavor | None = None,
         transport: Any = None,
+        text_controls: Sequence[str] | None = None,
     ) -> None:
         self._httpx = require("httpx", extra="server")
         url = base_url.rstrip("/")
@@ -91,6 +92,9 @@ class RemoteEngine(Engine):
         self._clients: dict[int, Any] = {}
         self._transport = transport  # an httpx transport, for tests
         self._controls = list(tokenizer.controls)
+        # Output that arrives as text only is split at these (the dialect's text controls);
+        # ChatGLM3's "sop" must stay a word there, or "isopropyl" would lose it.
+        self._output_controls = list(tokenizer.controls if text_controls is None else text_controls)
 
     # ==== Properties ====
 
@@ -308,7 +312,7 @@ class RemoteEngine(Engine):
 
     async def _read(self, resp: Any) -> AsyncGenerator[GenerationChunk, None]:
         httpx = self._httpx
-        splitter = ControlSplitter(self._controls)
+        splitter = ControlSplitter(self._output_controls)
         finished = False
         try:
             async for line in resp.aiter_lines():
@@ -356,6 +360,7 @@ class RemoteEngine(Engine):
         if reason is not None:
             finish = "length" if reason == "length" else "stop"
         ids = _token_ids(data, choice)
+        exact = ids is not None
         if ids is None:
             pieces: list[Piece] = splitter.feed(text) if text else []
             if finish is not None:
@@ -363,7 +368,7 @@ class RemoteEngine(Engine):
             ids = self._encode_pieces(pieces)
         if not ids and not text and finish is None:
             return None
-        return GenerationChunk(tuple(ids), text or None, finish)
+        return GenerationChunk(tuple(ids), text or None, finish, exact_ids=exact)
 
     def _encode_pieces(self, pieces: list[Piece]) -> list[int]:
         tok = self._tokenizer
