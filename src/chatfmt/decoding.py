@@ -103,6 +103,12 @@ class ControlSplitter:
         return [rest] if rest else []
 
 
+def split_controls(text: str, controls: Iterable[str]) -> list[Piece]:
+    """``text`` as pieces: the ``controls`` written in it split out as control tokens."""
+    splitter = ControlSplitter(controls)
+    return [*splitter.feed(text), *splitter.flush()]
+
+
 class StopStrings:
     """Finds OpenAI ``stop`` sequences in streamed text.
 

@@ -6,6 +6,8 @@ and the fix.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from .errors import ValidationError
 from .messages import Conversation
 
@@ -25,13 +27,7 @@ def check_tool_pairing(conv: Conversation, *, strict: bool = True) -> None:
     for i, m in enumerate(conv.messages):
         if m.role == "assistant" and m.tool_calls:
             if strict and open_calls:
-                pending = ", ".join(sorted(open_calls))
-                raise ValidationError(
-                    f"new tool calls while calls {pending} have no result; "
-                    "add a tool message for each call before the next assistant turn",
-                    index=i,
-                    rule="tool-pairing",
-                )
+                _unanswered(open_calls, i, "new tool calls", "before the next assistant turn")
             for c in m.tool_calls:
                 if c.id in open_calls and strict:
                     raise ValidationError(
@@ -62,13 +58,17 @@ def check_tool_pairing(conv: Conversation, *, strict: bool = True) -> None:
                     rule="tool-pairing",
                 )
         elif m.role in ("user", "system") and open_calls and strict:
-            pending = ", ".join(sorted(open_calls))
-            raise ValidationError(
-                f"{m.role} message while tool calls {pending} have no result; "
-                "add a tool message with each call's result first",
-                index=i,
-                rule="tool-pairing",
-            )
+            _unanswered(open_calls, i, f"{m.role} message", "first")
+
+
+def _unanswered(open_calls: dict[str, int], index: int, what: str, when: str) -> NoReturn:
+    pending = ", ".join(sorted(open_calls))
+    raise ValidationError(
+        f"{what} while tool calls {pending} have no result; "
+        f"add a tool message with each call's result {when}",
+        index=index,
+        rule="tool-pairing",
+    )
 
 
 def _follows_history_call(conv: Conversation, index: int) -> bool:

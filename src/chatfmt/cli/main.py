@@ -205,15 +205,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     tools = load_tools_file(args.tools) if args.tools else None
     dialect = get_dialect(args.dialect) if args.dialect else default_dialect(args.model)
-    engine = build_engine(
-        args.model,
-        engine=args.engine,
-        engine_url=args.engine_url,
-        tokenizer=args.tokenizer,
-        api_key_remote=args.engine_api_key,
-        n_ctx=args.n_ctx,
-        text_controls=dialect.text_controls,
-    )
+    engine = build_engine(args.model, **_engine_options(args), text_controls=dialect.text_controls)
     if args.interpreter:
         from ..interpreter import JupyterInterpreter
 
@@ -267,18 +259,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     run_server(
         model=args.model,
         dialect=args.dialect,
-        engine=args.engine,
-        engine_url=args.engine_url,
         host=args.host,
         port=args.port,
         api_key=args.api_key,
-        tokenizer=args.tokenizer,
-        engine_api_key=args.engine_api_key,
-        n_ctx=args.n_ctx,
         n_threads=args.threads,
         configure=None if args.no_web else configure,
+        **_engine_options(args),
     )
     return 0
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine options that ``chat`` and ``serve`` share."""
+    return {
+        "engine": args.engine,
+        "engine_url": args.engine_url,
+        "tokenizer": args.tokenizer,
+        "engine_api_key": args.engine_api_key,
+        "n_ctx": args.n_ctx,
+    }
 
 
 def require_jupyter() -> None:

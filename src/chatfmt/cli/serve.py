@@ -26,7 +26,7 @@ def build_engine(
     engine: EngineKind = "local",
     engine_url: str | None = None,
     tokenizer: str | None = None,
-    api_key_remote: str | None = None,
+    engine_api_key: str | None = None,
     n_ctx: int | None = None,
     n_threads: int | None = None,
     text_controls: Sequence[str] | None = None,
@@ -53,7 +53,7 @@ def build_engine(
         return RemoteEngine(
             engine_url,
             tokenizer=load_tokenizer(name),
-            api_key=api_key_remote,
+            api_key=engine_api_key,
             context_length=n_ctx,
             text_controls=text_controls,
         )
@@ -116,7 +116,7 @@ def run_server(
         engine=engine,
         engine_url=engine_url,
         tokenizer=tokenizer,
-        api_key_remote=engine_api_key,
+        engine_api_key=engine_api_key,
         n_ctx=n_ctx,
         n_threads=n_threads,
         text_controls=chosen.text_controls,

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from ..decoding import ControlSplitter, decode_turn
+from ..decoding import decode_turn, split_controls
 from ..events import Event, FinishReason, ParseResult
 from ..messages import Conversation, Message, Tool, as_conversation, new_call_id
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
@@ -196,8 +196,7 @@ class Dialect(ABC):
     def pieces(self, output: str | Sequence[int], tokenizer: Tokenizer | None) -> list[Piece]:
         """Output as text runs and control tokens (text: only :attr:`text_controls` split)."""
         if isinstance(output, str):
-            splitter = ControlSplitter(self.text_controls)
-            return [*splitter.feed(output), *splitter.flush()]
+            return split_controls(output, self.text_controls)
         if tokenizer is None:
             raise TypeError("parsing token ids needs the tokenizer that produced them")
         return tokenizer.decode_pieces(output)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Callable, Sequence
 
-from ..decoding import ControlSplitter
+from ..decoding import split_controls
 from ..errors import EngineError
-from ..segments import Control
 from ..tokenizers.base import Tokenizer
 from .base import Engine, GenerationChunk, SamplingParams
 
@@ -65,15 +64,7 @@ class FakeEngine(Engine):
         """Token ids of a scripted reply."""
         if not isinstance(reply, str):
             return list(reply)
-        tok = self._tokenizer
-        splitter = ControlSplitter(self._text_controls)
-        ids: list[int] = []
-        for piece in [*splitter.feed(reply), *splitter.flush()]:
-            if isinstance(piece, Control):
-                ids.append(tok.control_id(piece.token))
-            else:
-                ids.extend(tok.encode_text(piece))
-        return ids
+        return self._tokenizer.encode_pieces(split_controls(reply, self._text_controls))
 
     def _next_reply(self, prompt: list[int]) -> list[int]:
         if callable(self._script):

@@ -35,9 +35,8 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Literal
 
 from .._imports import require
-from ..decoding import ControlSplitter
+from ..decoding import ControlSplitter, split_controls
 from ..errors import EngineError, EngineUnavailableError, RemoteHTTPError
-from ..segments import Control
 from ..tokenizers.base import Piece, Tokenizer
 from .base import Engine, GenerationChunk, SamplingParams
 
@@ -237,14 +236,7 @@ class RemoteEngine(Engine):
         server tokenizing with special tokens on would) to exactly ``prompt``."""
         tok = self._tokenizer
         text = tok.decode(prompt)
-        splitter = ControlSplitter(self._controls)
-        again: list[int] = []
-        for piece in [*splitter.feed(text), *splitter.flush()]:
-            if isinstance(piece, Control):
-                again.append(tok.control_id(piece.token))
-            else:
-                again.extend(tok.encode_text(piece))
-        if again != prompt:
+        if tok.encode_pieces(split_controls(text, self._controls)) != prompt:
             raise EngineError(
                 f"the engine at {self.base_url} accepts only text prompts, and this prompt "
                 "cannot be sent as text without changing its tokens (it contains text that "
@@ -365,20 +357,11 @@ class RemoteEngine(Engine):
             pieces: list[Piece] = splitter.feed(text) if text else []
             if finish is not None:
                 pieces.extend(splitter.flush())
-            ids = self._encode_pieces(pieces)
+            ids = self._tokenizer.encode_pieces(pieces)
         if not ids and not text and finish is None:
             return None
         return GenerationChunk(tuple(ids), text or None, finish, exact_ids=exact)
 
-    def _encode_pieces(self, pieces: list[Piece]) -> list[int]:
-        tok = self._tokenizer
-        ids: list[int] = []
-        for piece in pieces:
-            if isinstance(piece, Control):
-                ids.append(tok.control_id(piece.token))
-            elif piece:
-                ids.extend(tok.encode_text(piece))
-        return ids
 
 
 def _token_ids(data: dict[str, Any], choice: dict[str, Any]) -> list[int] | None:

@@ -39,11 +39,11 @@ import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ClassVar
 
 from .._imports import require
 from ..errors import InterpreterError
+from .lifetime import Resource
 from .results import ExecutionResult, _Collector
 
 _MPL_INLINE = "module://matplotlib_inline.backend_inline"
@@ -113,7 +113,7 @@ def _reap(pid: int, pgid: int | None, process: Any, runtime: Path, client: Any) 
     shutil.rmtree(runtime, ignore_errors=True)
 
 
-class JupyterInterpreter:
+class JupyterInterpreter(Resource):
     """One IPython kernel that runs model-written code; use it as a context manager.
 
     ``timeout`` (seconds) is the default per run; ``max_output_chars`` bounds
@@ -198,17 +198,6 @@ class JupyterInterpreter:
             if self._km is None:
                 self._start_kernel()
         return self
-
-    def __enter__(self) -> JupyterInterpreter:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         """Shut the kernel down (its whole process group) and remove temporary files."""

@@ -9,11 +9,11 @@ import threading
 import time
 import warnings
 import weakref
-from types import TracebackType
 from typing import Any
 
 from ..errors import InterpreterError
 from .jupyter import JupyterInterpreter
+from .lifetime import Resource
 
 
 def _close_thread_loop() -> None:
@@ -26,7 +26,7 @@ def _close_thread_loop() -> None:
         asyncio.set_event_loop(None)
 
 
-class KernelPool:
+class KernelPool(Resource):
     """Keeps ``size`` started kernels; :meth:`acquire` hands one out and starts a replacement.
 
     Interpreters are never reused between callers (a kernel keeps the previous session's
@@ -62,17 +62,6 @@ class KernelPool:
                 for _ in range(self.size):
                     self._spawn()
         return self
-
-    def __enter__(self) -> KernelPool:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def ready(self) -> int:

@@ -94,6 +94,17 @@ class Tokenizer(ABC):
         out.extend(dec.flush())
         return _merge_text(out)
 
+    def encode_pieces(self, pieces: Iterable[Piece]) -> list[int]:
+        """Ids of text runs and control tokens (the inverse of :meth:`decode_pieces`): each run
+        encoded with special-token parsing off, each control token by its id."""
+        ids: list[int] = []
+        for piece in pieces:
+            if isinstance(piece, Control):
+                ids.append(self.control_id(piece.token))
+            elif piece:
+                ids.extend(self.encode_text(piece))
+        return ids
+
     def decode(
         self, ids: Sequence[int], *, specials: SpecialTokenPolicy = SpecialTokenPolicy.KEEP
     ) -> str:
