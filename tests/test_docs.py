@@ -40,3 +40,4 @@ def test_readme_quick_start(tmp_path: Path) -> None:
     assert printed[0] == expected[0] == "3"
     assert printed[1] == 'get_weather {"city": "Beijing"}'
     assert int(printed[2]) > 0
+    assert printed[3:] == ["calling get_weather", "True tool_calls"]
