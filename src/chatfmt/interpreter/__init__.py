@@ -4,7 +4,8 @@ Importing this package loads no Jupyter machinery; ``jupyter_client`` is importe
 first kernel starts (``pip install 'chatfmt[jupyter]'``).
 """
 
-from .jupyter import ExecutionResult, JupyterInterpreter, strip_ansi
+from .jupyter import JupyterInterpreter
 from .pool import KernelPool
+from .results import ExecutionResult, strip_ansi
 
 __all__ = ["ExecutionResult", "JupyterInterpreter", "KernelPool", "strip_ansi"]
