@@ -38,8 +38,8 @@ REPLY_TIMEOUT = 240_000  # ms; about 20 tokens/s on two CPU cores
 
 @pytest.fixture(scope="module")
 def real_url() -> Iterator[str]:
-    from chatfmt.engines.local import LocalEngine
     from chatfmt.engines.default_model import DEFAULT_MODEL_NAME, ensure_default_model
+    from chatfmt.engines.local import LocalEngine
 
     factory = None
     if importlib.util.find_spec("jupyter_client") and importlib.util.find_spec("ipykernel"):
