@@ -93,11 +93,11 @@ async def test_page_and_static_files(tok: Tokenizer) -> None:
     app, _ = build_app(tok)
     async with client(app) as c:
         page = await c.get("/")
-        js = await c.get("/static/app.js")
+        js = await c.get("/static/dom.js")
         css = await c.get("/static/app.css")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
-    assert '<script src="/static/app.js"' in page.text
+    assert '<script type="module" src="/static/app.js"' in page.text
     csp = page.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "img-src 'self' data:" in csp
     assert js.status_code == 200 and "renderMarkdown" in js.text
