@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chatfmt import get_dialect
-from chatfmt.decoding import ControlSplitter, TurnDecoder, held_suffix
+from chatfmt.decoding import ControlSplitter, TurnDecoder, held_suffix, split_controls
 from chatfmt.dialects.base import Dialect
 from chatfmt.events import Event, ParseResult, ToolCallStart, merge_deltas
 from chatfmt.segments import Control
@@ -232,9 +232,65 @@ def test_stop_id_ends_the_turn_and_later_input_is_ignored(qwen: Tokenizer) -> No
     assert turn.result().content == "Hi"
 
 
+def test_a_stop_token_releases_text_held_for_stop_strings(qwen: Tokenizer) -> None:
+    chatml = get_dialect("chatml")
+    turn = TurnDecoder(chatml, stop_strings=["STOP"])
+    turn.feed_text("abS<|im_end|>")
+    turn.finish()
+    assert turn.result().content == "abS" and turn.stopped_by == "control"
+    turn = TurnDecoder(chatml, qwen, stop_strings=["STOP"])
+    turn.feed_ids([*qwen.encode_text("4. S"), qwen.control_id("<|im_end|>")])
+    assert turn.result().content == "4. S"
+
+
+def test_lone_surrogates_in_text_output_degrade() -> None:
+    for name in ("chatml", "chatglm3"):
+        assert get_dialect(name).parse("hi \ud800 there").content == "hi \ufffd there"
+
+
 def test_ids_need_a_tokenizer() -> None:
     with pytest.raises(TypeError, match="tokenizer"):
         TurnDecoder(get_dialect("chatml")).feed_ids([1])
+
+
+# ==== ControlSplitter ====
+
+
+@given(
+    text=st.text("xaby<>|", max_size=24),
+    controls=st.lists(st.text("xaby<>|", min_size=1, max_size=5), min_size=1, max_size=4),
+    cuts=CUTS,
+)
+def test_splitter_chunked_equals_whole(text: str, controls: list[str], cuts: list[int]) -> None:
+    whole = merge_text(split_controls(text, controls))
+    splitter = ControlSplitter(controls)
+    parts = [p for c in chunks(text, cuts) for p in splitter.feed(c)] + splitter.flush()
+    assert merge_text(parts) == whole
+    # Whole-text reference: leftmost, and at each position the longest control.
+    expected: list[Piece] = []
+    i = 0
+    while i < len(text):
+        match = max((c for c in controls if text.startswith(c, i)), key=len, default=None)
+        if match is None:
+            expected.append(text[i])
+            i += 1
+        else:
+            expected.append(Control(match))
+            i += len(match)
+    assert whole == merge_text(expected)
+
+
+def test_splitter_holds_a_control_inside_a_longer_one() -> None:
+    splitter = ControlSplitter(["xaby", "ab"])
+    assert splitter.feed("xab") == []
+    assert splitter.feed("y") == [Control("xaby")]
+    splitter = ControlSplitter(["ab", "abc"])
+    assert splitter.feed("ab") == [] and splitter.flush() == [Control("ab")]
+
+
+def test_dialect_text_controls_default_to_all_controls() -> None:
+    assert get_dialect("chatml").text_controls == get_dialect("chatml").controls
+    assert "sop" not in get_dialect("chatglm3").text_controls
 
 
 # ==== held_suffix ====

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from chatfmt.decoding import StopStrings as StopMatcher
@@ -19,9 +19,11 @@ def reference(text: str, stops: list[str]) -> tuple[str, bool]:
 
 @given(
     text=st.text(alphabet, max_size=40),
-    stops=st.lists(st.text(alphabet, min_size=1, max_size=4), min_size=1, max_size=3),
+    stops=st.lists(st.text(alphabet, min_size=1, max_size=5), min_size=1, max_size=3),
     cuts=st.lists(st.integers(0, 40), max_size=8),
 )
+@example(text="x<ab>", stops=["<ab>", "ab"], cuts=[4])
+@example(text="x<abB", stops=["<ab>", "ab"], cuts=[4])
 def test_any_chunking_matches_whole_text(text: str, stops: list[str], cuts: list[int]) -> None:
     bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})
     matcher = StopMatcher(stops)
@@ -33,8 +35,21 @@ def test_any_chunking_matches_whole_text(text: str, stops: list[str], cuts: list
         if hit:
             break
     if not hit:
-        out.append(matcher.flush())
+        emitted, hit = matcher.flush()
+        out.append(emitted)
     assert ("".join(out), hit) == reference(text, stops)
+
+
+def test_the_stop_that_starts_first_wins_even_if_another_completes_first() -> None:
+    m = StopMatcher(["</answer>", "answer"])
+    assert m.feed("x</answer") == ("x", False)  # "answer" is complete, "</answer>" may be too
+    assert m.feed(">") == ("", True)
+    m = StopMatcher(["</answer>", "answer"])
+    assert m.feed("x</answer") == ("x", False)
+    assert m.feed("!") == ("</", True)  # "</answer>" failed: "answer" was the first stop
+    m = StopMatcher(["<ab>", "ab"])
+    assert m.feed("x<ab") == ("x", False)
+    assert m.flush() == ("<", True)  # the end of the output decides
 
 
 def test_held_text_is_released_when_the_match_fails() -> None:

@@ -14,6 +14,7 @@ once, as :func:`held_suffix`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -33,6 +34,9 @@ from .tokenizers.base import Piece, Tokenizer
 if TYPE_CHECKING:
     from .dialects.base import Dialect, StreamParser
     from .engines.base import GenerationChunk
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def held_suffix(text: str, markers: Iterable[str]) -> int:
@@ -70,19 +74,37 @@ class ControlSplitter:
     def __init__(self, controls: Iterable[str]) -> None:
         self._controls = sorted(set(controls), key=len, reverse=True)
         self._firsts = frozenset(c[0] for c in self._controls)
+        self._longest = len(self._controls[0]) if self._controls else 0
         self._buf = ""
 
     def feed(self, text: str) -> list[Piece]:
-        buf = self._buf + text
+        """Pieces that are certain; text that may still become a control is held back."""
+        return self._scan(self._buf + text, final=False)
+
+    def flush(self) -> list[Piece]:
+        """The end of the text: whatever is held back, split for good."""
+        return self._scan(self._buf, final=True) if self._buf else []
+
+    def _scan(self, buf: str, *, final: bool) -> list[Piece]:
+        # Leftmost-longest, as a scan of the whole text would split it: at each position the
+        # longest control that matches, unless the rest of the text could still grow into a
+        # longer one (then everything from here on is held until more text comes).
         out: list[Piece] = []
+        controls, firsts = self._controls, self._firsts
         start = i = 0
         n = len(buf)
-        firsts = self._firsts
         while i < n:
             if buf[i] not in firsts:
                 i += 1
                 continue
-            match = next((c for c in self._controls if buf.startswith(c, i)), None)
+            rest = n - i
+            if (
+                not final
+                and rest < self._longest
+                and any(len(c) > rest and c.startswith(buf[i:]) for c in controls)
+            ):
+                break
+            match = next((c for c in controls if buf.startswith(c, i)), None)
             if match is None:
                 i += 1
                 continue
@@ -91,16 +113,10 @@ class ControlSplitter:
             out.append(Control(match))
             i += len(match)
             start = i
-        keep = held_suffix(buf[start:], self._controls) if start < n else 0
-        end = n - keep
-        if end > start:
-            out.append(buf[start:end])
-        self._buf = buf[end:]
+        if i > start:
+            out.append(buf[start:i])
+        self._buf = buf[i:]
         return out
-
-    def flush(self) -> list[Piece]:
-        rest, self._buf = self._buf, ""
-        return [rest] if rest else []
 
 
 def split_controls(text: str, controls: Iterable[str]) -> list[Piece]:
@@ -125,18 +141,24 @@ class StopStrings:
 
     def feed(self, text: str) -> tuple[str, bool]:
         """``(text safe to pass on, whether a stop sequence was hit)``."""
-        buf = self._buf + text
-        hits = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
-        if hits:
-            self._buf = ""
-            return buf[: min(hits)], True
-        keep = held_suffix(buf, self._stops)
-        self._buf = buf[len(buf) - keep :]
-        return buf[: len(buf) - keep], False
+        return self._scan(self._buf + text, final=False)
 
-    def flush(self) -> str:
-        rest, self._buf = self._buf, ""
-        return rest
+    def flush(self) -> tuple[str, bool]:
+        """The end of the text (or a control token): what was held back, and whether it
+        holds a stop sequence after all."""
+        return self._scan(self._buf, final=True) if self._buf else ("", False)
+
+    def _scan(self, buf: str, *, final: bool) -> tuple[str, bool]:
+        # As in the whole text, the stop sequence that *starts* first wins: a hit is final only
+        # when no partial match starting before it could still complete.
+        hits = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
+        first = min(hits) if hits else len(buf)
+        pending = len(buf) - held_suffix(buf, self._stops) if not final else len(buf)
+        if hits and first <= pending:
+            self._buf = ""
+            return buf[:first], True
+        self._buf = buf[pending:]
+        return buf[:pending], False
 
 
 StopKind = Literal["control", "string", "length", "end"]
@@ -148,12 +170,16 @@ class TurnDecoder:
     - ids go through the tokenizer's stream decoder (split UTF-8 is buffered), text through the
       dialect's :class:`ControlSplitter`;
     - a stop id or stop control ends the turn and never reaches the parser;
-    - ``stop_strings`` end it at the text before the first match; a tool call still open at
-      that point is cut off: it is dropped (its arguments are incomplete) with a warning, and
-      the turn finishes with ``stop`` unless complete calls remain;
+    - ``stop_strings`` end it at the text before the match that starts first (as in the whole
+      text); a tool call already started at that point is cut off: it is dropped (its
+      arguments are incomplete) with a warning, and the turn finishes with ``stop`` unless
+      complete calls remain. Call text not yet recognised as a call (no name streamed yet, a
+      ChatGLM3 call segment) stays text, as when output is cut by ``length``;
+    - text output has lone surrogates (which no tokenizer produces, but a JSON ``\\ud800``
+      escape from a text-only server can) replaced by U+FFFD;
     - after the end, everything fed is ignored (:attr:`done`).
 
-    Feed with :meth:`feed_ids`, :meth:`feed_text` or :meth:`feed_pieces` (not mixed in one
+    Feed with :meth:`feed_ids`, :meth:`feed_text` or :meth:`feed_chunk` (not mixed in one
     turn), then call :meth:`finish`; :meth:`result` is the parsed turn.
     """
 
@@ -166,7 +192,6 @@ class TurnDecoder:
         parser: StreamParser | None = None,
     ) -> None:
         self.dialect = dialect
-        self.tokenizer = tokenizer
         self.parser = parser if parser is not None else dialect.stream_parser()
         self._decoder = tokenizer.decoder() if tokenizer is not None else None
         self._splitter: ControlSplitter | None = None
@@ -203,7 +228,7 @@ class TurnDecoder:
         feed = None if self._stops else self.parser.feed
         for token_id in ids:  # the hot loop of every streamed reply: kept lean
             if token_id in stop_ids:
-                events += self._end("control", "stop")
+                events += self._stop_control()
                 break
             pieces = decode(token_id)
             if not pieces:
@@ -231,11 +256,11 @@ class TurnDecoder:
         """Generated text with control tokens written out (as a text-only engine returns it)."""
         if self._splitter is None:
             self._splitter = ControlSplitter(self.dialect.text_controls)
-        return self._pieces(self._splitter.feed(text)) if text and not self.done else []
-
-    def feed_pieces(self, pieces: Iterable[Piece]) -> list[Event]:
-        """Pieces already split into text and control tokens."""
-        return self._pieces(pieces)
+        if not text or self.done:
+            return []
+        if _LONE_SURROGATE.search(text):
+            text = _LONE_SURROGATE.sub("\ufffd", text)
+        return self._pieces(self._splitter.feed(text))
 
     def finish(self, reason: Literal["stop", "length"] = "stop") -> list[Event]:
         """The output ended (``length``: cut by max_tokens); flush and finish the parse."""
@@ -247,12 +272,11 @@ class TurnDecoder:
         if self._splitter is not None:
             tail.extend(self._splitter.flush())
         events = self._pieces(tail)
-        if self.done:
-            return events
-        held = self._stops.flush()
-        if held:
-            events.extend(self._track(self.parser.feed(held)))
-        return events + self._end("length" if reason == "length" else "end", reason)
+        if not self.done:
+            events += self._stop_text(*self._stops.flush())
+        if not self.done:
+            events += self._end("length" if reason == "length" else "end", reason)
+        return events
 
     # ==== Output ====
 
@@ -271,8 +295,13 @@ class TurnDecoder:
                 messages.append(m.model_copy(update={"tool_calls": calls or None}))
         if not messages:
             messages = [Message(role="assistant", content=None)]
-        warnings = [*result.warnings, *(f"tool call {i} was cut off by a stop sequence and "
-                                        "dropped" for i in sorted(self._cut))]
+        warnings = [
+            *result.warnings,
+            *(
+                f"tool call {i} was cut off by a stop sequence and dropped"
+                for i in sorted(self._cut)
+            ),
+        ]
         reason: FinishReason = result.finish_reason
         if reason == "tool_calls" and not any(m.tool_calls for m in messages):
             reason = "stop"
@@ -289,24 +318,33 @@ class TurnDecoder:
                 break
             if isinstance(piece, Control):
                 if piece.token in self._stop_controls:
-                    events += self._end("control", "stop")
+                    events += self._stop_control()
                     break
                 if stops:
                     # A control token breaks any partial stop sequence: release the held text.
-                    held = stops.flush()
-                    if held:
-                        events += self._track(feed(held))
+                    events += self._stop_text(*stops.flush())
+                    if self.done:
+                        break
                 events += self._track(feed(piece))
             elif not stops:
                 events += feed(piece)  # no stop strings: no call can be cut, nothing to track
             else:
-                text, hit = stops.feed(piece)
-                if text:
-                    events += self._track(feed(text))
-                if hit:
-                    self._cut = dict(self._open)
-                    events += self._end("string", "stop")
-                    break
+                events += self._stop_text(*stops.feed(piece))
+        return events
+
+    def _stop_text(self, text: str, hit: bool) -> list[Event]:
+        """Text that passed the stop strings; ``hit``: a stop string came right after it."""
+        events = self._track(self.parser.feed(text)) if text else []
+        if hit:
+            self._cut = dict(self._open)
+            events += self._end("string", "stop")
+        return events
+
+    def _stop_control(self) -> list[Event]:
+        """A stop id or stop control: the text held for stop strings is output after all."""
+        events = self._stop_text(*self._stops.flush()) if self._stops else []
+        if not self.done:
+            events += self._end("control", "stop")
         return events
 
     def _end(self, kind: StopKind, reason: Literal["stop", "length"]) -> list[Event]:

@@ -541,3 +541,8 @@ def test_huge_number_in_arguments_never_contradicts_the_stream() -> None:
     result = p.result()
     assert result.tool_calls[0].arguments == streamed
     assert result.warnings
+
+
+def test_empty_tags_are_refused() -> None:
+    with pytest.raises(ValueError, match="non-empty"):
+        HermesParser(open_tag="", close_tag="</x>")

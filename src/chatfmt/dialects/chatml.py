@@ -65,7 +65,6 @@ class ChatML(Dialect):
     name = "chatml"
     controls = (IM_START, IM_END, ENDOFTEXT, TOOL_CALL, TOOL_CALL_END)
     stop_controls = (IM_END, ENDOFTEXT)
-    text_controls = controls
     turns_render_independently = True
     #: System prompt used when the conversation has none (``None``: no system turn then, unless
     #: tools must be described).

@@ -386,7 +386,8 @@ class SegmentParser(StreamParser):
             if any(c.isspace() for c in name) or name.startswith("`"):
                 raise ParseError(f"metadata {name!r} is not a tool name")
             arguments = self._decode_call(body)
-        except ParseError as exc:
+        except (ParseError, ValueError, RecursionError) as exc:
+            # A dialect's decoder may use json.loads: whatever it raises, the call is text.
             reason = getattr(exc, "reason", str(exc))
             self._warnings.append(
                 f"segment {len(self._messages)}: call of {name!r} kept as text: {reason}"

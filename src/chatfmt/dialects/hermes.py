@@ -71,6 +71,8 @@ class HermesParser(StreamParser):
         close_tag: str = "</tool_call>",
     ) -> None:
         super().__init__(id_factory=id_factory, stop_controls=stop_controls)
+        if not open_tag or not close_tag:
+            raise ValueError("HermesParser needs non-empty open_tag and close_tag")
         self._open_tag = open_tag
         self._close_tag = close_tag
         self._mode = _LEAD
