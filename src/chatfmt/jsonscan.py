@@ -325,5 +325,3 @@ class CallScanner:
             self.args_state = "done"
         self._end_value()
         return True
-
-

@@ -116,12 +116,21 @@ def test_not_found_and_method_shapes(make_fake, qwen_dialect) -> None:
     app = create_app(make_fake(), qwen_dialect, model_name="m")
     assert_openai_error(post_raw(app, b"{}", path="/v1/nope"), 404)
 
-    async def get() -> httpx.Response:
+    async def call(method: str, path: str) -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            return await client.get("/v1/chat/completions")
+            return await client.request(method, path)
 
-    assert_openai_error(asyncio.run(get()), 405)
+    # A 405 says which methods the route takes (RFC 9110 requires Allow).
+    for method, path, allowed in [
+        ("GET", "/v1/chat/completions", "POST"),
+        ("DELETE", "/tokenize", "POST"),
+        ("POST", "/v1/models", "GET"),
+        ("PUT", "/health", "GET"),
+    ]:
+        r = asyncio.run(call(method, path))
+        assert_openai_error(r, 405)
+        assert r.headers["allow"] == allowed, (method, path, r.headers)
 
 
 def test_unknown_model_name_is_ignored(make_fake, qwen_dialect) -> None:

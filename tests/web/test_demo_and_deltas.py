@@ -13,7 +13,7 @@ from chatfmt.web.demo import CalculatorError, evaluate
 
 pytest.importorskip("fastapi", reason="the server extra (chatfmt[server]) is not installed")
 
-from chatfmt.web.routes import CodeDeltas
+from chatfmt.web.code_deltas import CodeDeltas
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,7 @@ async def test_page_and_static_files(tok: Tokenizer) -> None:
     app, _ = build_app(tok)
     async with client(app) as c:
         page = await c.get("/")
-        js = await c.get("/static/dom.js")
+        js = await c.get("/static/dom.js")  # the only HTML sink
         css = await c.get("/static/app.css")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
@@ -185,9 +185,19 @@ async def test_count_rejects_bad_input(tok: Tokenizer) -> None:
         bad_role = await c.post("/api/count", json={"messages": [{"role": "x", "content": "a"}]})
         bad_body = await c.post("/api/count", json={"nope": 1})
         not_json = await c.post("/api/count", content="{}", headers={"content-type": "text/plain"})
+        nan = await c.post(
+            "/api/count",
+            content='{"messages": [], "tools": [{"x": NaN}]}',
+            headers={"content-type": "application/json"},
+        )
     assert bad_role.status_code == 400 and "role" in bad_role.json()["error"]["message"]
     assert bad_body.status_code == 400
+    assert bad_body.json()["error"]["message"] == "messages: Field required"
     assert not_json.status_code == 415
+    assert nan.status_code == 400 and "contains NaN" in nan.json()["error"]["message"]
+    # Errors have OpenAI's shape, as the API's do.
+    for r in (bad_role, bad_body, not_json, nan):
+        assert set(r.json()["error"]) == {"message", "type", "param", "code"}
 
 
 # ==== The agent stream ====
@@ -277,38 +287,10 @@ async def test_agent_interpreter_streams_code_and_images(tok: Tokenizer) -> None
 
 async def test_interpreter_needs_a_conversation_id(tok: Tokenizer) -> None:
     app, _ = build_app(tok, interpreter_factory=FakeInterpreter)
-    for cid in (None, "short", "bad id with spaces!"):
+    for cid in (None, "short", "bad id with spaces!", "conv-aaaaaaaa\n"):
         r = await post_agent(app, messages=USER, mode="interpreter", conversation_id=cid)
         assert r.status_code == 400
         assert "conversation_id" in r.json()["error"]["message"]
-
-
-async def test_interpreter_sessions_close_when_idle() -> None:
-    from chatfmt.web import InterpreterSessions
-
-    made: list[FakeInterpreter] = []
-
-    def factory() -> FakeInterpreter:
-        made.append(FakeInterpreter())
-        return made[-1]
-
-    sessions = InterpreterSessions(factory, idle_timeout=0.2, max_sessions=2)
-    try:
-        async with sessions.use("conv-1111") as interp:
-            interp.execute("1", None)
-        assert "conv-1111" in sessions
-        async with sessions.use("conv-2222"):
-            pass
-        async with sessions.use("conv-3333"):  # over max_sessions: the oldest goes
-            pass
-        assert "conv-1111" not in sessions and made[0].closed
-        for _ in range(200):  # the sweeper closes idle kernels
-            if not len(sessions):
-                break
-            await asyncio.sleep(0.05)
-        assert len(sessions) == 0 and all(m.closed for m in made)
-    finally:
-        await sessions.close_all()
 
 
 async def test_agent_errors(tok: Tokenizer) -> None:
@@ -353,7 +335,64 @@ async def test_agent_rejects_cross_site_posts(tok: Tokenizer) -> None:
         )
     assert plain.status_code == 415
     assert other.status_code == 403
+    assert other.json()["error"]["type"] == "permission_error"
     assert same.status_code == 200
+
+
+async def test_posts_need_the_json_content_type(tok: Tokenizer) -> None:
+    """No content type, or a form, is refused before anything runs; a charset is fine."""
+    app, engine = build_app(tok)
+    body = json.dumps({"messages": USER})
+    async with client(app) as c:
+        for path in ("/api/agent", "/api/count"):
+            bare = await c.post(path, content=body)
+            form = await c.post(
+                path, content=body, headers={"content-type": "application/x-www-form-urlencoded"}
+            )
+            for r in (bare, form):
+                assert r.status_code == 415, r.text
+                assert r.json()["error"]["code"] == "unsupported_media_type"
+        assert engine.prompts == []
+        utf8 = await c.post(
+            "/api/agent", content=body, headers={"content-type": "application/json; charset=utf-8"}
+        )
+    assert events_of(utf8)[-1]["type"] == "done"
+
+
+async def test_openapi_declares_the_api_bodies(tok: Tokenizer) -> None:
+    app, _ = build_app(tok)
+    async with client(app) as c:
+        doc = (await c.get("/openapi.json")).json()
+    schemas = doc["components"]["schemas"]
+    for path, model in (("/api/count", "CountRequest"), ("/api/agent", "AgentRequest")):
+        post = doc["paths"][path]["post"]
+        body = post["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{model}"}
+        assert "messages" in schemas[model]["properties"]
+        assert {"400", "401", "403", "415"} <= set(post["responses"])
+    count_ok = doc["paths"]["/api/count"]["post"]["responses"]["200"]["content"]
+    assert count_ok["application/json"]["schema"]["$ref"].endswith("/CountResponse")
+    assert "text/event-stream" in doc["paths"]["/api/agent"]["post"]["responses"]["200"]["content"]
+    info_ok = doc["paths"]["/api/info"]["get"]["responses"]["200"]["content"]
+    assert info_ok["application/json"]["schema"]["$ref"].endswith("/InfoResponse")
+    assert "/" not in doc["paths"]  # the page is not part of the API
+
+
+async def test_web_on_the_api_app_publishes_both(tok: Tokenizer) -> None:
+    """As `chatfmt serve` mounts it: one document with the API's and the page's bodies."""
+    from chatfmt.engines.fake import FakeEngine
+    from chatfmt.server import create_app
+    from chatfmt.web import mount_web
+
+    engine = FakeEngine(tok)
+    app = create_app(engine, get_dialect("qwen2.5"), model_name="m")
+    mount_web(app, engine=engine, dialect=get_dialect("qwen2.5"), model_name="m")
+    async with client(app) as c:
+        doc = (await c.get("/openapi.json")).json()
+        wrong_method = await c.get("/api/agent")
+    schemas = doc["components"]["schemas"]
+    assert {"ChatCompletionRequest", "CountRequest", "AgentRequest"} <= set(schemas)
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
 
 
 async def test_engine_failure_is_an_error_event(tok: Tokenizer) -> None:
@@ -394,7 +433,7 @@ def test_client_disconnect_cancels_generation(tok: Tokenizer) -> None:
 async def test_agent_events_closes_the_loop(tok: Tokenizer) -> None:
     """Abandoning the event stream closes the agent loop and so the engine stream."""
     from chatfmt.agent import Agent
-    from chatfmt.web.routes import agent_events
+    from chatfmt.web.page_events import agent_events
 
     _, engine = build_app(tok, delay=0.01)
     agent = Agent(engine, get_dialect("qwen2.5"))
@@ -426,49 +465,15 @@ async def test_api_key(tok: Tokenizer) -> None:
         ).status_code == 401
         assert (await c.get("/api/info", headers=good)).status_code == 200
         denied = await c.post("/api/agent", json={"messages": USER})
-        assert denied.status_code == 401 and denied.json()["error"]["type"] == "invalid_api_key"
+        # The same check, and so the same answer, as the OpenAI API's.
+        assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+        assert "Authorization: Bearer <key>" in denied.json()["error"]["message"]
         assert (await c.post("/api/count", json={"messages": USER})).status_code == 401
         assert (
             await c.post("/api/count", json={"messages": USER}, headers=good)
         ).status_code == 200
         ok = await c.post("/api/agent", json={"messages": USER}, headers=good)
     assert events_of(ok)[-1]["type"] == "done"
-
-
-async def test_interpreter_start_is_shared_and_survives_a_stop() -> None:
-    """Two requests of one conversation share one kernel start; a request cancelled while
-    the kernel starts does not leak it."""
-    from chatfmt.web import InterpreterSessions
-
-    made: list[FakeInterpreter] = []
-
-    def slow_factory() -> FakeInterpreter:
-        time.sleep(0.2)
-        made.append(FakeInterpreter())
-        return made[-1]
-
-    sessions = InterpreterSessions(slow_factory)
-
-    async def use(cid: str) -> FakeInterpreter:
-        async with sessions.use(cid) as interp:
-            return interp.inner  # type: ignore[attr-defined, no-any-return]
-
-    try:
-        first, second = await asyncio.gather(use("conv-shared"), use("conv-shared"))
-        assert first is second and len(made) == 1
-        stopped = asyncio.create_task(use("conv-stopped"))
-        await asyncio.sleep(0.05)
-        stopped.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await stopped
-        for _ in range(100):
-            if "conv-stopped" in sessions:
-                break
-            await asyncio.sleep(0.02)
-        assert "conv-stopped" in sessions and len(made) == 2
-    finally:
-        await sessions.close_all()
-    assert all(m.closed for m in made)
 
 
 async def test_factory_failure_is_an_error_event(tok: Tokenizer) -> None:

@@ -95,12 +95,14 @@ class Dialect(ABC):
     controls: tuple[str, ...] = ()
     #: Control tokens that end the assistant's turn.
     stop_controls: tuple[str, ...] = ()
+
     @property
     def text_controls(self) -> tuple[str, ...]:
         """Control tokens split out of output that arrives as text: :attr:`controls` unless a
         dialect leaves out those that are also ordinary words, such as ChatGLM3's ``sop`` (the
         model never generates it, but ``isopropyl`` contains it)."""
         return self.controls
+
     #: Whether a turn (a user message and what follows it) renders the same whatever turns came
     #: before it, given the same leading system messages and tools. Lets :class:`~chatfmt.Budget`
     #: re-render only the end of a growing chat; leave it False for formats that move text

@@ -35,6 +35,7 @@ _FENCE = "```"
 #: ``reason`` says why) when the body is not a call.
 CallDecoder = Callable[[str], dict[str, Any]]
 
+
 class _RoleStripper:
     """Removes role-token strings from text, as the official ``postprocess_text`` does.
 
@@ -415,4 +416,3 @@ class SegmentParser(StreamParser):
         if delta:
             events.append(TextDelta(delta))
         self._messages.append(Message(role="assistant", metadata=meta, content=seg.text.text))
-

@@ -465,4 +465,3 @@ class HermesParser(StreamParser):
             self._droppable = False
             self._drop_ws = ""
         self._emit_text(text)
-

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import EngineError
-from ..errors import EngineUnavailableError as EngineUnavailableError  # TEMP re-export
 from ..tokenizers.base import Tokenizer
 
 EngineFinish = Literal["stop", "length"]

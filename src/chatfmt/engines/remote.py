@@ -363,7 +363,6 @@ class RemoteEngine(Engine):
         return GenerationChunk(tuple(ids), text or None, finish, exact_ids=exact)
 
 
-
 def _token_ids(data: dict[str, Any], choice: dict[str, Any]) -> list[int] | None:
     """Token ids a server put in a chunk, in any of the shapes servers use."""
     for source in (choice.get("token_ids"), choice.get("tokens"), data.get("tokens")):

@@ -7,5 +7,12 @@ first kernel starts (``pip install 'chatfmt[jupyter]'``).
 from .jupyter import JupyterInterpreter
 from .pool import KernelPool
 from .results import ExecutionResult, strip_ansi
+from .sessions import InterpreterSessions
 
-__all__ = ["ExecutionResult", "JupyterInterpreter", "KernelPool", "strip_ansi"]
+__all__ = [
+    "ExecutionResult",
+    "InterpreterSessions",
+    "JupyterInterpreter",
+    "KernelPool",
+    "strip_ansi",
+]

@@ -10,8 +10,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..dialects.base import Dialect
 from ..engines.base import Engine
-from .routes import build_router, json_response
-from .service import ApiError, ChatService
+from .errors import ApiError, validation_error
+from .http import error_response, install_error_handler
+from .openapi import publish_models
+from .routes import build_router
+from .schemas import ChatCompletionChunk, ChatCompletionRequest
+from .service import ChatService
 
 log = logging.getLogger("chatfmt.server")
 
@@ -28,36 +32,27 @@ def create_app(
     service = ChatService(engine, dialect, model_name=model_name)
     app = FastAPI(title="chatfmt", summary=f"{model_name} served with the {dialect.name} format")
     app.state.service = service
-
-    @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError) -> Response:
-        return json_response(exc.body(), exc.status)
+    install_error_handler(app)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:
         # FastAPI answers 422; OpenAI clients expect 400 for a malformed request.
-        errors = exc.errors()
-        first = errors[0] if errors else {}
-        loc = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        msg = str(first.get("msg", "invalid request"))
-        return json_response(
-            ApiError(400, f"{loc}: {msg}" if loc else msg, param=loc or None).body(), 400
-        )
+        errors = [{**e, "loc": tuple(e.get("loc", ()))[1:]} for e in exc.errors()]  # no "body"
+        return error_response(validation_error(errors))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> Response:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return json_response(
-            ApiError(exc.status_code, str(exc.detail), type=kind).body(), exc.status_code
-        )
+        # headers: a 405 says which methods the route allows (Allow).
+        error = ApiError(exc.status_code, str(exc.detail), type=kind, headers=exc.headers)
+        return error_response(error)
 
     @app.exception_handler(Exception)
     async def _internal_error(_request: Request, exc: Exception) -> Response:
         log.exception("unhandled error while serving a request")
-        body = ApiError(
-            500, f"internal server error: {type(exc).__name__}", type="server_error"
-        ).body()
-        return json_response(body, 500)
+        error = ApiError(500, f"internal server error: {type(exc).__name__}", type="server_error")
+        return error_response(error)
 
     app.include_router(build_router(service, api_key=api_key))
+    publish_models(app, ChatCompletionRequest, ChatCompletionChunk, drop_validation_errors=True)
     return app

@@ -4,10 +4,18 @@ Requests accept and ignore fields they do not use (clients send ``user``, ``logp
 ``presence_penalty``, ...), but reject wrong types with a 400 naming the field. Messages are
 kept as plain dicts here and converted by :func:`chatfmt.messages.from_openai`, whose errors
 name the offending message.
+
+Responses are built from these models and serialised as OpenAI does: a field declared with
+:func:`_omitted` is left out while it is ``None`` (``tool_calls`` of a text reply, the parts of
+a streamed delta that did not change); every other field is always written, ``null`` included
+(``logprobs``, ``finish_reason`` of a chunk, ``content`` of a reply that only calls tools).
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import (
@@ -21,16 +29,53 @@ from pydantic import (
     model_validator,
 )
 
+from ..events import FinishReason
+
+#: OpenAI's rule for function names.
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+_TOOL_CHOICES = ("auto", "none", "required")
+
+
+def first_problem(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """``(location, message)`` of the first pydantic error, as a request error names it."""
+    first = errors[0] if errors else {}
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return loc, msg
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def _omitted() -> Any:
+    """A field that is left out of the JSON while it is ``None``."""
+    return Field(default=None, exclude_if=_is_none)
+
+
+# ==== Requests ====
+
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
 class FunctionDef(_Lenient):
-    name: str = Field(min_length=1)
+    name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_rule(cls, value: str) -> str:
+        if not TOOL_NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a valid tool name: names must match {TOOL_NAME.pattern} "
+                "(1 to 64 letters, digits, underscores or dashes); rename the tool"
+            )
+        return value
 
 
 class ToolDef(_Lenient):
@@ -52,7 +97,7 @@ class StreamOptions(_Lenient):
 
 
 class ChatCompletionRequest(_Lenient):
-    """The body of ``POST /v1/chat/completions``."""
+    """The body of ``POST /v1/chat/completions`` (and of ``POST /tokenize``)."""
 
     model: str | None = None
     messages: list[dict[str, Any]]
@@ -78,10 +123,25 @@ class ChatCompletionRequest(_Lenient):
             try:
                 ToolDef.model_validate(tool)
             except ValidationError as exc:
-                first = exc.errors()[0]
-                loc = ".".join(str(p) for p in first.get("loc", ()))
-                raise ValueError(f"tool {i}: {loc}: {first.get('msg')}") from None
+                loc, msg = first_problem(exc.errors())
+                raise ValueError(f"tool {i}: {loc}: {msg}") from None
         return value
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice_shape(cls, value: Any) -> Any:
+        # One message for every wrong shape (pydantic would report each union member).
+        if value is None or (isinstance(value, str) and value in _TOOL_CHOICES):
+            return value
+        if isinstance(value, dict) and value.get("type", "function") == "function":
+            function = value.get("function")
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                return value
+        shown = json.dumps(value, ensure_ascii=False)
+        raise ValueError(
+            'must be "auto", "none", "required", or {"type": "function", "function": '
+            f'{{"name": "<a tool in tools>"}}}} to force a call of that tool; got {shown[:80]}'
+        )
 
     @model_validator(mode="after")
     def _stop_list(self) -> ChatCompletionRequest:
@@ -103,108 +163,140 @@ class ChatCompletionRequest(_Lenient):
         return self.max_completion_tokens or self.max_tokens
 
 
-# ==== Responses (documentation and non-streaming bodies; streaming chunks are built as dicts
-# in the hot path and checked against ChatCompletionChunk in tests) ====
+# ==== Responses ====
 
 
-class FunctionCall(BaseModel):
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FunctionCall(_Wire):
     name: str
     arguments: str
 
 
-class ToolCallOut(BaseModel):
+class ToolCallOut(_Wire):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class AssistantMessage(BaseModel):
+class AssistantMessage(_Wire):
     role: Literal["assistant"] = "assistant"
     content: str | None
-    tool_calls: list[ToolCallOut] | None = None
+    tool_calls: list[ToolCallOut] | None = _omitted()
 
 
-class Choice(BaseModel):
+class Choice(_Wire):
     index: int = 0
     message: AssistantMessage
-    finish_reason: Literal["stop", "length", "tool_calls"]
+    finish_reason: FinishReason
     logprobs: None = None
 
 
-class Usage(BaseModel):
+class Usage(_Wire):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
 
+    @classmethod
+    def of(cls, prompt: int, completion: int) -> Usage:
+        return cls(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        )
 
-class ChatCompletion(BaseModel):
+
+class ChatCompletion(_Wire):
+    """A whole reply: the body of a ``POST /v1/chat/completions`` without ``stream``."""
+
     id: str
     object: Literal["chat.completion"] = "chat.completion"
     created: int
     model: str
     choices: list[Choice]
     usage: Usage
-    system_fingerprint: str | None = None
 
 
-class FunctionCallDelta(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str | None = None
-    arguments: str | None = None
+class FunctionCallDelta(_Wire):
+    name: str | None = _omitted()
+    arguments: str | None = _omitted()
 
 
-class ToolCallDelta(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ToolCallDelta(_Wire):
+    """Part of a streamed call: ``id``, ``type`` and the name come only with its first part."""
+
     index: int
-    id: str | None = None
-    type: Literal["function"] | None = None
-    function: FunctionCallDelta | None = None
+    id: str | None = _omitted()
+    type: Literal["function"] | None = _omitted()
+    function: FunctionCallDelta | None = _omitted()
 
 
-class Delta(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+class Delta(_Wire):
+    role: Literal["assistant"] | None = _omitted()
+    content: str | None = _omitted()
+    tool_calls: list[ToolCallDelta] | None = _omitted()
 
 
-class ChunkChoice(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    index: int
+class ChunkChoice(_Wire):
+    index: int = 0
     delta: Delta
-    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+    finish_reason: FinishReason | None = None
     logprobs: None = None
 
 
-class ChatCompletionChunk(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ChatCompletionChunk(_Wire):
+    """One ``data:`` event of a streamed reply.
+
+    ``usage`` is ``null`` on every chunk but the last when the request asked for usage
+    (``stream_options.include_usage``), and left out otherwise; the last chunk then has no
+    choices and the usage.
+    """
+
     id: str
-    object: Literal["chat.completion.chunk"]
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
     model: str
     choices: list[ChunkChoice]
     usage: Usage | None = None
-    system_fingerprint: str | None = None
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(_Wire):
     message: str
     type: str
     param: str | None = None
     code: str | None = None
 
 
-class ErrorResponse(BaseModel):
+class ErrorResponse(_Wire):
+    """Every error, in OpenAI's shape (also sent in-band when a started stream fails)."""
+
     error: ErrorBody
 
 
-class ModelCard(BaseModel):
+class ModelCard(_Wire):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "chatfmt"
 
 
-class ModelList(BaseModel):
+class ModelList(_Wire):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class TokenizeResponse(_Wire):
+    """The prompt a chat request renders to (vLLM's ``/tokenize`` shape, plus its text)."""
+
+    count: int
+    tokens: list[int]
+    max_model_len: int
+    text: str
+
+
+class HealthResponse(_Wire):
+    status: Literal["ok", "unavailable"]
+    model: str
+    engine: str
+    dialect: str
+    context_length: int

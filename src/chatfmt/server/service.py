@@ -8,25 +8,37 @@ worker thread) → context check → ``engine.stream`` → ids → tokenizer pie
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
 from ..decoding import TurnDecoder
 from ..dialects.base import Dialect
-from ..engines.base import Engine, EngineUnavailableError, GenerationChunk, SamplingParams
+from ..engines.base import Engine, GenerationChunk, SamplingParams
 from ..errors import ChatFmtError, EngineError, ValidationError
-from ..events import Event, Finish, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ..events import Event, Finish, FinishReason
 from ..messages import Conversation, Tool, from_openai
 from ..segments import Block, BlockEncoder, Control, Segment
 from ..tokenizers.base import Piece, Tokenizer
-from .schemas import ChatCompletionRequest, NamedToolChoice
+from .errors import ApiError, engine_api_error
+from .http import json_bytes
+from .policy import CallPolicy
+from .schemas import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Choice,
+    ChunkChoice,
+    NamedToolChoice,
+    TokenizeResponse,
+    Usage,
+)
+from .sse import DONE, sse_event
+from .wire import ROLE_CHOICE, assistant_message, chunk_choices
 
 #: Requests with less message text than this are rendered on the event loop: a thread hop
 #: costs more than encoding a few thousand characters (tens of microseconds).
@@ -49,107 +61,6 @@ def _text_size(req: ChatCompletionRequest) -> int:
     return size + 512 * len(req.tools or ())
 
 
-class ApiError(Exception):
-    """An error answered in OpenAI's shape: ``{"error": {message, type, param, code}}``."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-
-def engine_api_error(exc: EngineError) -> ApiError:
-    """503 when the engine cannot be reached (retry later), 502 when it failed."""
-    if isinstance(exc, EngineUnavailableError):
-        return ApiError(503, str(exc), type="engine_unavailable", code="engine_unavailable")
-    return ApiError(502, str(exc), type="engine_error", code="engine_error")
-
-
-class CallPolicy:
-    """Which parsed tool calls a response may carry, applied to the event stream.
-
-    A call of a tool the request did not declare, or one past ``max_calls`` (a named
-    ``tool_choice`` or ``parallel_tool_calls: false``), is not returned as a call: its JSON is
-    given as text instead, so nothing the model wrote is lost. A turn whose calls were all
-    removed finishes with ``stop``, so no client runs a call it did not ask for. Kept calls are
-    numbered from 0 in the response. (A call that a stop string cut off never gets here: the
-    :class:`~chatfmt.decoding.TurnDecoder` drops it.)
-    """
-
-    def __init__(self, allowed: frozenset[str] | None = None, max_calls: int | None = None):
-        self.allowed = allowed
-        self.max_calls = max_calls
-        self._index: dict[int, int | None] = {}  # parser index → response index (None: demoted)
-        self._demoted: dict[int, list[str]] = {}  # parser index → [name, arguments so far]
-        self._ids: dict[int, str] = {}
-        self.kept_ids: set[str] = set()
-        self.demoted_text: list[str] = []
-
-    def filter(self, events: list[Event]) -> list[Event]:
-        out: list[Event] = []
-        for ev in events:
-            if isinstance(ev, ToolCallStart):
-                ok = self.allowed is None or ev.name in self.allowed
-                if ok and (self.max_calls is None or len(self._ids) < self.max_calls):
-                    index = len(self._ids)
-                    self._index[ev.index] = index
-                    self._ids[ev.index] = ev.id
-                    self.kept_ids.add(ev.id)
-                    out.append(ToolCallStart(index, ev.id, ev.name))
-                else:
-                    self._index[ev.index] = None
-                    self._demoted[ev.index] = [ev.name, ""]
-            elif isinstance(ev, ToolCallDelta | ToolCallEnd):
-                out.extend(self._call_event(ev))
-            elif isinstance(ev, Finish):
-                reason = ev.reason
-                if reason == "tool_calls" and not self.kept_ids:
-                    reason = "stop"
-                out.append(Finish(reason))
-            else:
-                out.append(ev)
-        return out
-
-    def _call_event(self, ev: ToolCallDelta | ToolCallEnd) -> list[Event]:
-        target = self._index.get(ev.index)
-        if target is None:
-            demoted = self._demoted.get(ev.index)
-            if demoted is None:
-                return []
-            if isinstance(ev, ToolCallDelta):
-                demoted[1] += ev.arguments
-                return []
-            del self._demoted[ev.index]
-            text = f'{{"name": {json.dumps(demoted[0], ensure_ascii=False)}, "arguments": '
-            text += f"{demoted[1] or '{}'}}}"
-            self.demoted_text.append(text)
-            return [TextDelta(text)]
-        if isinstance(ev, ToolCallDelta):
-            return [ToolCallDelta(target, ev.arguments)]
-        return [ToolCallEnd(target)]
-
-
 class _Turn:
     """One response's decode: the core pipeline, then the request's call policy."""
 
@@ -165,10 +76,7 @@ class _Turn:
         return self.policy.filter(self.decoder.prefill(pieces))
 
     def chunk(self, chunk: GenerationChunk) -> list[Event]:
-        events = self.decoder.feed_ids(chunk.token_ids)
-        if chunk.finish_reason is not None and not self.decoder.done:
-            events += self.decoder.finish(chunk.finish_reason)
-        return self.policy.filter(events)
+        return self.policy.filter(self.decoder.feed_chunk(chunk))
 
     def finish(self) -> list[Event]:
         return self.policy.filter(self.decoder.finish("stop"))
@@ -191,45 +99,6 @@ class Prepared:
 
     def policy(self) -> CallPolicy:
         return CallPolicy(self.allowed_calls, self.max_calls)
-
-
-def _deltas(events: list[Event]) -> list[tuple[dict[str, Any], str | None]]:
-    """OpenAI ``(delta, finish_reason)`` pairs for parser events; adjacent text is merged."""
-    out: list[tuple[dict[str, Any], str | None]] = []
-    text: list[str] = []
-
-    def flush_text() -> None:
-        if text:
-            joined = "".join(text)
-            text.clear()
-            if joined:
-                out.append(({"content": joined}, None))
-
-    for ev in events:
-        if isinstance(ev, TextDelta):
-            text.append(ev.text)
-            continue
-        flush_text()
-        if isinstance(ev, ToolCallStart):
-            call = {
-                "index": ev.index,
-                "id": ev.id,
-                "type": "function",
-                "function": {"name": ev.name, "arguments": ""},
-            }
-            out.append(({"tool_calls": [call]}, None))
-        elif isinstance(ev, ToolCallDelta):
-            if ev.arguments:
-                frag = {"index": ev.index, "function": {"arguments": ev.arguments}}
-                out.append(({"tool_calls": [frag]}, None))
-        elif isinstance(ev, Finish):
-            out.append(({}, ev.reason))
-    flush_text()
-    return out
-
-
-def _sse(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
 class ChatService:
@@ -369,27 +238,27 @@ class ChatService:
             )
         return named
 
-    def render_info(self, req: ChatCompletionRequest) -> dict[str, Any]:
+    def render_info(self, req: ChatCompletionRequest) -> TokenizeResponse:
         """The prompt a request renders to (for ``/tokenize``), without generating."""
         prep = self.prepare(req)
-        return {
-            "count": len(prep.prompt_ids),
-            "tokens": prep.prompt_ids,
-            "max_model_len": self.engine.context_length,
-            "text": self.tokenizer.decode(prep.prompt_ids),
-        }
+        return TokenizeResponse(
+            count=len(prep.prompt_ids),
+            tokens=prep.prompt_ids,
+            max_model_len=self.engine.context_length,
+            text=self.tokenizer.decode(prep.prompt_ids),
+        )
 
     # ==== Generation ====
 
     def new_id(self) -> str:
         return "chatcmpl-" + secrets.token_hex(12)
 
-    async def complete(self, prep: Prepared) -> dict[str, Any]:
-        """A whole ``chat.completion`` response body."""
+    async def complete(self, prep: Prepared) -> ChatCompletion:
+        """A whole ``chat.completion`` response."""
         turn = _Turn(self.dialect, self.tokenizer, prep)
         turn.prefill(prep.prefill)
         n_completion = 0
-        finish = "stop"
+        finish: FinishReason = "stop"
         stream = self.engine.stream(prep.prompt_ids, prep.params)
         try:
             async for chunk in stream:
@@ -405,37 +274,14 @@ class ChatService:
                         finish = ev.reason
         finally:
             await stream.aclose()
-        result = turn.decoder.result()
-        policy = turn.policy
-        content = "".join([result.content or "", *policy.demoted_text]) or None
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        calls = [c for c in result.tool_calls if c.id in policy.kept_ids]
-        if calls:
-            message["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments},
-                }
-                for c in calls
-            ]
-        elif message["content"] is None:
-            message["content"] = ""
-        n_prompt = len(prep.prompt_ids)
-        return {
-            "id": self.new_id(),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
-            ],
-            "usage": {
-                "prompt_tokens": n_prompt,
-                "completion_tokens": n_completion,
-                "total_tokens": n_prompt + n_completion,
-            },
-        }
+        message = assistant_message(turn.decoder.result(), turn.policy)
+        return ChatCompletion(
+            id=self.new_id(),
+            created=int(time.time()),
+            model=self.model_name,
+            choices=[Choice(message=message, finish_reason=finish)],
+            usage=Usage.of(len(prep.prompt_ids), n_completion),
+        )
 
     async def open_stream(
         self, prep: Prepared
@@ -459,47 +305,38 @@ class ChatService:
         first: GenerationChunk | None,
     ) -> AsyncIterator[bytes]:
         """The ``text/event-stream`` body: chunks, the usage chunk if asked, ``[DONE]``."""
-        cid = self.new_id()
-        created = int(time.time())
-        model = self.model_name
-        usage_field = prep.include_usage
+        cid, created, model = self.new_id(), int(time.time()), self.model_name
+        # Chunks carry "usage": null only when the request asked for the usage chunk.
+        exclude = None if prep.include_usage else {"usage"}
 
-        def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
-            obj: dict[str, Any] = {
-                "id": cid,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [
-                    {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-                ],
-            }
-            if usage_field:
-                obj["usage"] = None
-            return _sse(obj)
+        def chunk(choices: list[ChunkChoice], usage: Usage | None = None) -> bytes:
+            body = ChatCompletionChunk(
+                id=cid, created=created, model=model, choices=choices, usage=usage
+            )
+            return sse_event(json_bytes(body, exclude=exclude))
 
         turn = _Turn(self.dialect, self.tokenizer, prep)
         n_completion = 0
         try:
-            yield chunk({"role": "assistant", "content": ""}, None)
-            for delta, fin in _deltas(turn.prefill(prep.prefill)):
-                yield chunk(delta, fin)
+            yield chunk([ROLE_CHOICE])
+            for choice in chunk_choices(turn.prefill(prep.prefill)):
+                yield chunk([choice])
             pending = first
             while not turn.done:
                 if pending is None:
                     try:
                         pending = await stream.__anext__()
                     except StopAsyncIteration:
-                        for delta, fin in _deltas(turn.finish()):
-                            yield chunk(delta, fin)
+                        for choice in chunk_choices(turn.finish()):
+                            yield chunk([choice])
                         break
                 n_completion += len(pending.token_ids)
-                for delta, fin in _deltas(turn.chunk(pending)):
-                    yield chunk(delta, fin)
+                for choice in chunk_choices(turn.chunk(pending)):
+                    yield chunk([choice])
                 pending = None
         except EngineError as exc:
             # Headers are sent: report in-band, as OpenAI does, and end without [DONE].
-            yield _sse(engine_api_error(exc).body())
+            yield sse_event(json_bytes(engine_api_error(exc).body()))
             return
         finally:
             # A client that disconnects cancels this generator through an anyio cancel scope,
@@ -507,19 +344,5 @@ class ChatService:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
         if prep.include_usage:
-            n_prompt = len(prep.prompt_ids)
-            yield _sse(
-                {
-                    "id": cid,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": model,
-                    "choices": [],
-                    "usage": {
-                        "prompt_tokens": n_prompt,
-                        "completion_tokens": n_completion,
-                        "total_tokens": n_prompt + n_completion,
-                    },
-                }
-            )
-        yield b"data: [DONE]\n\n"
+            yield chunk([], Usage.of(len(prep.prompt_ids), n_completion))
+        yield DONE

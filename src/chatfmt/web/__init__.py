@@ -12,14 +12,22 @@ from typing import TYPE_CHECKING, Any
 from .demo import calculator, demo_tools, get_weather
 
 if TYPE_CHECKING:
-    from .routes import INTERPRETER_TOOL, InterpreterSessions, mount_web
+    from ..interpreter.sessions import InterpreterSessions
+    from .modes import INTERPRETER_TOOL
+    from .routes import mount_web
+
+_LAZY = {
+    "INTERPRETER_TOOL": "chatfmt.web.modes",
+    "InterpreterSessions": "chatfmt.interpreter.sessions",
+    "mount_web": "chatfmt.web.routes",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("mount_web", "InterpreterSessions", "INTERPRETER_TOOL"):
-        from . import routes
+    if name in _LAZY:
+        import importlib
 
-        return getattr(routes, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'chatfmt.web' has no attribute {name!r}")
 
 

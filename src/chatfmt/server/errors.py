@@ -1,0 +1,53 @@
+"""Errors in OpenAI's shape, ``{"error": {message, type, param, code}}``: the API and the web chat.
+
+Route and service code raises :class:`ApiError`; :func:`chatfmt.server.http.install_error_handler`
+answers it on an app. (No web-framework types here: the service raises these too.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import EngineError, EngineUnavailableError
+from .schemas import ErrorBody, ErrorResponse, first_problem
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape; ``headers`` go with the response (``Allow``)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})
+
+    def body(self) -> ErrorResponse:
+        return ErrorResponse(
+            error=ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code)
+        )
+
+
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> ApiError:
+    """A 400 naming the first problem pydantic found (its field is the ``param``)."""
+    loc, msg = first_problem(errors)
+    return ApiError(400, f"{loc}: {msg}" if loc else msg, param=loc or None)
+
+
+def engine_api_error(exc: EngineError) -> ApiError:
+    """503 when the engine cannot be reached (retry later), 502 when it failed."""
+    if isinstance(exc, EngineUnavailableError):
+        return ApiError(503, str(exc), type="engine_unavailable", code="engine_unavailable")
+    return ApiError(502, str(exc), type="engine_error", code="engine_error")

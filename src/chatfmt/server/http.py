@@ -1,0 +1,141 @@
+"""Request and response plumbing shared by the API (``server/``) and the web chat (``web/``):
+the bearer-token check, JSON bodies in (``application/json`` only, finite numbers only) and out,
+and errors answered in OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import pydantic
+from fastapi import FastAPI, Request, Response
+
+from .errors import ApiError, validation_error
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+JSON_MEDIA_TYPE = "application/json"
+
+
+def json_bytes(
+    body: pydantic.BaseModel | Mapping[str, Any], *, exclude: set[str] | None = None
+) -> bytes:
+    """Compact UTF-8 JSON; models keep their own rules for which ``None`` fields to write
+    (``exclude`` leaves fields of a model out)."""
+    if isinstance(body, pydantic.BaseModel):
+        return body.__pydantic_serializer__.to_json(body, exclude=exclude)
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def json_response(
+    body: pydantic.BaseModel | Mapping[str, Any],
+    status: int = 200,
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    return Response(
+        content=json_bytes(body), status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers
+    )
+
+
+def error_response(error: ApiError) -> Response:
+    return json_response(error.body(), error.status, headers=error.headers)
+
+
+async def _answer_api_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+def install_error_handler(app: FastAPI) -> None:
+    """Answer :class:`ApiError` raised by ``app``'s routes (idempotent)."""
+    app.add_exception_handler(ApiError, _answer_api_error)
+
+
+def require_bearer(request: Request, api_key: str | None) -> None:
+    """401 unless the request carries ``Authorization: Bearer <api_key>`` (if a key is set)."""
+    if api_key is None:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(
+        token.strip().encode(), api_key.encode()
+    ):
+        raise ApiError(
+            401,
+            "invalid or missing API key; send the header 'Authorization: Bearer <key>'",
+            code="invalid_api_key",
+        )
+
+
+def require_json(request: Request) -> None:
+    """415 unless the body is declared ``application/json`` (UTF-8, the only JSON charset).
+
+    Besides saying what the body is, this keeps web pages of other sites out: a cross-site
+    page can only send a JSON content type after a CORS preflight, which this server refuses.
+    """
+    declared = request.headers.get("content-type")
+    media, _, params = (declared or "").partition(";")
+    charset = ""
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset":
+            charset = value.strip().strip('"').lower()
+    if media.strip().lower() == JSON_MEDIA_TYPE and charset in ("", "utf-8", "utf8"):
+        return
+    got = f"got {declared!r}" if declared is not None else "no Content-Type was sent"
+    raise ApiError(
+        415,
+        f"send the request body as JSON with the header 'Content-Type: {JSON_MEDIA_TYPE}' "
+        f"(optionally '; charset=utf-8'); {got}",
+        code="unsupported_media_type",
+    )
+
+
+class _NonFinite(ValueError):
+    """A number JSON cannot carry: ``NaN``/``Infinity`` (Python's JSON extension) or one that
+    overflows a double (``1e999``)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NonFinite(f"{name}, which is not a JSON number (JSON numbers are finite)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(f"{text}, which is too large for a number (at most about 1.8e308)")
+    return value
+
+
+def parse_json_body(body: bytes, model: type[M]) -> M:
+    """``body`` as a ``model``, or a 400 naming the problem."""
+    try:
+        # RecursionError: JSON nested deeper than the parser goes is bad input, not a crash.
+        data = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
+    except _NonFinite as exc:
+        raise ApiError(
+            400,
+            f"the request body contains {exc}; send a finite number, or leave the field out "
+            "to use its default",
+            code="invalid_json",
+        ) from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ApiError(
+            400, f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(data, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc.errors()) from None
+
+
+async def read_json_body(request: Request, model: type[M]) -> M:
+    """The checked JSON body of a POST: 415 if it is not declared JSON, 400 if it is bad."""
+    require_json(request)
+    return parse_json_body(await request.body(), model)

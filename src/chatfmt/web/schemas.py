@@ -1,0 +1,52 @@
+"""Bodies of the web chat's ``/api`` routes (the page's events are in :mod:`.page_events`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .modes import Mode
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CountRequest(_Strict):
+    """Body of ``POST /api/count``: what to count (``tools`` or a ``mode`` that implies them)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    mode: Mode | None = None
+    system: str | None = None
+
+
+class AgentRequest(_Strict):
+    """Body of ``POST /api/agent``: the whole conversation; the reply streams as events."""
+
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    mode: Mode = "chat"
+    system: str | None = None
+    #: The browser conversation's id, 8-64 of ``[A-Za-z0-9_-]`` (interpreter mode needs one).
+    conversation_id: str | None = None
+
+
+class CountResponse(_Strict):
+    """The exact prompt size of a conversation, and the model's context length."""
+
+    tokens: int
+    context: int
+
+
+class InfoResponse(_Strict):
+    """What the page needs to know about the server (``GET /api/info``)."""
+
+    model: str
+    dialect: str
+    context: int
+    max_tokens: int
+    tools: list[dict[str, Any]]
+    interpreter: bool
+    interpreter_tool: dict[str, Any]
+    modes: list[Mode]
