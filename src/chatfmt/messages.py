@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -32,18 +32,28 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+if TYPE_CHECKING:
+    from pydantic._internal._model_construction import ModelMetaclass as _PydanticMeta
+else:
+    _PydanticMeta = type(BaseModel)  # the public way to name pydantic's metaclass
 
-    def __init__(self, **data: Any) -> None:
-        # Callers catch chatfmt's own error, with the field and the problem in one line, not
-        # pydantic's multi-line report.
+
+class _OwnErrors(_PydanticMeta):
+    """Constructing a model raises chatfmt's :class:`ValidationError` (the field and the problem
+    in one line), not pydantic's multi-line report. A metaclass rather than ``__init__``:
+    pydantic runs a custom ``__init__`` on every validation, which made rendering 30% slower."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         try:
-            super().__init__(**data)
+            return super().__call__(*args, **kwargs)
         except PydanticValidationError as exc:
             raise ValidationError(
-                f"invalid {type(self).__name__}: {_first_error(exc)}", rule="schema"
+                f"invalid {cls.__name__}: {_first_error(exc)}", rule="schema"
             ) from None
+
+
+class _Model(BaseModel, metaclass=_OwnErrors):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ToolCall(_Model):
