@@ -309,11 +309,23 @@ class ChatService:
         # Chunks carry "usage": null only when the request asked for the usage chunk.
         exclude = None if prep.include_usage else {"usage"}
 
-        def chunk(choices: list[ChunkChoice], usage: Usage | None = None) -> bytes:
+        def frame(choices: list[ChunkChoice], usage: Usage | None = None) -> bytes:
             body = ChatCompletionChunk(
                 id=cid, created=created, model=model, choices=choices, usage=usage
             )
             return sse_event(json_bytes(body, exclude=exclude))
+
+        # Every chunk of this stream is the same frame around its choices: serialize the frame
+        # once and only the choices per chunk (a third of the cost of a whole model per token).
+        empty = frame([])
+        cut = empty.index(b'"choices":[') + len(b'"choices":[')
+        head, tail = empty[:cut], empty[cut:]
+        to_json = ChunkChoice.__pydantic_serializer__.to_json
+
+        def chunk(choices: list[ChunkChoice], usage: Usage | None = None) -> bytes:
+            if usage is not None:
+                return frame(choices, usage)
+            return head + b",".join([to_json(c) for c in choices]) + tail
 
         turn = _Turn(self.dialect, self.tokenizer, prep)
         n_completion = 0
