@@ -61,8 +61,8 @@ def test_sessions_close_when_idle_and_over_the_limit() -> None:
             async with sessions.use("conv-3333"):  # over max_sessions: the oldest goes
                 pass
             assert "conv-1111" not in sessions and made[0].closed
-            for _ in range(200):  # the sweeper closes idle kernels
-                if not len(sessions):
+            for _ in range(200):  # the sweeper closes idle kernels (a close ends in a thread)
+                if not len(sessions) and all(m.closed for m in made):
                     break
                 await asyncio.sleep(0.05)
             assert len(sessions) == 0 and all(m.closed for m in made)
@@ -151,5 +151,74 @@ def test_all_sessions_busy_is_an_error() -> None:
                 assert "conv-aaaa" not in sessions
         finally:
             await sessions.close_all()
+
+    run(scenario())
+
+
+def test_a_request_cancelled_again_while_stopping_its_cell_still_waits_for_it() -> None:
+    kernel = FakeInterpreter()
+    slow_interrupt = threading.Event()
+
+    def interrupt() -> None:
+        kernel.interrupted += 1
+        slow_interrupt.wait(0.3)  # the interrupt takes a while: time for a second cancel
+        kernel.hold.set()
+
+    kernel.interrupt = interrupt  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        sessions = InterpreterSessions(lambda: kernel)
+        kernel.hold.clear()
+
+        async def first() -> None:
+            async with sessions.use("conv-twice") as interp:
+                await asyncio.to_thread(interp.execute, "while True: pass")
+
+        try:
+            task = asyncio.create_task(first())
+            await asyncio.to_thread(kernel.running.wait, 10)
+            task.cancel()
+            await asyncio.sleep(0.05)
+            task.cancel()  # as a server's response scope does when the client is gone
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert kernel.hold.is_set()  # the cell ended before the request let go
+            async with sessions.use("conv-twice") as interp:
+                assert not interp.busy  # type: ignore[attr-defined]
+        finally:
+            await sessions.close_all()
+
+    run(scenario())
+
+
+def test_a_kernel_started_for_a_waiting_request_is_not_evicted() -> None:
+    async def scenario() -> None:
+        made: list[FakeInterpreter] = []
+
+        def factory() -> FakeInterpreter:
+            time.sleep(0.1)
+            made.append(FakeInterpreter())
+            return made[-1]
+
+        sessions = InterpreterSessions(factory, max_sessions=1)
+        got: list[bool] = []
+
+        async def first() -> None:
+            async with sessions.use("conv-first") as interp:
+                got.append(interp.inner.closed)  # type: ignore[attr-defined]
+                await asyncio.sleep(0.2)
+
+        async def second() -> None:
+            while "conv-first" not in sessions:  # registered, not yet handed to its request
+                await asyncio.sleep(0)
+            with pytest.raises(ChatFmtError, match="busy"):
+                async with sessions.use("conv-other"):
+                    pass
+
+        try:
+            await asyncio.gather(first(), second())
+        finally:
+            await sessions.close_all()
+        assert got == [False] and len(made) == 1
 
     run(scenario())

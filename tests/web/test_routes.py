@@ -67,7 +67,7 @@ class FakeInterpreter:
 
 
 def client(app: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
 
 
 def events_of(response: httpx.Response) -> list[dict[str, Any]]:
@@ -331,12 +331,44 @@ async def test_agent_rejects_cross_site_posts(tok: Tokenizer) -> None:
         same = await c.post(
             "/api/agent",
             content=body,
-            headers={"content-type": "application/json", "origin": "http://testserver"},
+            headers={"content-type": "application/json", "origin": "http://127.0.0.1"},
         )
     assert plain.status_code == 415
     assert other.status_code == 403
     assert other.json()["error"]["type"] == "permission_error"
     assert same.status_code == 200
+
+
+@pytest.mark.parametrize("allowed", [None, ["chat.example.org"]])
+async def test_dns_rebinding_pages_are_refused(tok: Tokenizer, allowed: list[str] | None) -> None:
+    """A page that rebinds its own name to 127.0.0.1 is same-origin with itself; its Host is
+    what gives it away. Loopback names only by default; mount_web(allowed_hosts=...) adds."""
+    kwargs = {} if allowed is None else {"allowed_hosts": allowed}
+    app, _ = build_app(tok, interpreter_factory=FakeInterpreter, **kwargs)
+    body = json.dumps({"messages": USER, "mode": "interpreter", "conversation_id": "conv-abcdefgh"})
+    results = {}
+    for host in ("attacker.example:8000", "chat.example.org", "127.0.0.1:8000", "[::1]:8000"):
+        async with client(app) as c:
+            r = await c.post(
+                "/api/agent",
+                content=body,
+                headers={
+                    "host": host,
+                    "origin": f"http://{host}",
+                    "content-type": "application/json",
+                },
+            )
+        results[host] = r.status_code
+    if allowed is None:  # the default: loopback names
+        assert results == {
+            "attacker.example:8000": 403,
+            "chat.example.org": 403,
+            "127.0.0.1:8000": 200,
+            "[::1]:8000": 200,
+        }
+    else:
+        assert results["chat.example.org"] == 200 and results["attacker.example:8000"] == 403
+        assert results["127.0.0.1:8000"] == 403  # only the names given
 
 
 async def test_posts_need_the_json_content_type(tok: Tokenizer) -> None:

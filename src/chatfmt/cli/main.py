@@ -229,7 +229,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     def configure(app: Any, engine: Any, dialect: Dialect) -> None:
         from ..web import demo_tools, mount_web
-        from .serve import model_name
+        from .serve import model_name, trusted_hosts
 
         factory = None
         if not args.no_interpreter:
@@ -254,6 +254,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             interpreter_factory=factory,
             model_name=model_name(args.model),
             api_key=args.api_key,
+            allowed_hosts=trusted_hosts(args.host),
         )
 
     run_server(

@@ -88,6 +88,8 @@ class InterpreterSessions:
         self.max_sessions = max_sessions
         self._sessions: dict[str, _Session] = {}
         self._creating: dict[str, asyncio.Task[_Session]] = {}
+        # Requests waiting for a conversation's session: it is not idle, even before they hold it.
+        self._wanted: dict[str, int] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
@@ -99,8 +101,14 @@ class InterpreterSessions:
     @asynccontextmanager
     async def use(self, conversation_id: str) -> AsyncIterator[CodeRunner]:
         """The conversation's interpreter (started on first use), held for this request."""
-        session = await self._get(conversation_id)
-        session.users += 1
+        self._wanted[conversation_id] = self._wanted.get(conversation_id, 0) + 1
+        try:
+            session = await self._get(conversation_id)
+            session.users += 1
+        finally:
+            left = self._wanted.pop(conversation_id) - 1
+            if left:
+                self._wanted[conversation_id] = left
         try:
             async with session.lock:
                 session.last_used = time.monotonic()
@@ -108,11 +116,29 @@ class InterpreterSessions:
                     yield session.interpreter
                 finally:
                     if session.interpreter.busy:  # the request was cancelled mid-cell
-                        await asyncio.to_thread(session.interpreter.interrupt)
-                        await asyncio.to_thread(session.interpreter.wait_idle)
+                        await self._stop_cell(session)
         finally:
             session.users -= 1
             session.last_used = time.monotonic()
+
+    @staticmethod
+    async def _stop_cell(session: _Session) -> None:
+        """Interrupt the running cell and wait for it to end. However often this request is
+        cancelled meanwhile, it waits: the lock must not pass on while the cell still runs."""
+
+        async def stop() -> None:
+            await asyncio.to_thread(session.interpreter.interrupt)
+            await asyncio.to_thread(session.interpreter.wait_idle)
+
+        task = asyncio.ensure_future(stop())
+        cancelled = False
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _get(self, conversation_id: str) -> _Session:
         self._ensure_sweeper()
@@ -139,7 +165,11 @@ class InterpreterSessions:
 
     async def _make_room(self) -> None:
         while len(self._sessions) + len(self._creating) >= self.max_sessions:
-            idle = [(s.last_used, k) for k, s in self._sessions.items() if s.users == 0]
+            idle = [
+                (s.last_used, k)
+                for k, s in self._sessions.items()
+                if s.users == 0 and k not in self._wanted
+            ]
             if not idle:
                 raise ChatFmtError(
                     f"all {self.max_sessions} code interpreter sessions are busy; try again later"

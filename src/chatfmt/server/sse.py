@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+import anyio
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
@@ -95,10 +96,20 @@ async def event_stream(
                 await events.aclose()  # type: ignore[attr-defined]
             queue.put_nowait(None)
 
+    stopping = False
+
+    def stop() -> None:
+        # Cancel once: a second cancel would break into the producer's own clean-up (such as
+        # interrupting a running cell and waiting for it), which must run to its end.
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            producer.cancel()
+
     async def watch() -> None:
         await wait_disconnect(request)
         logger.info("client disconnected; stopping its stream")
-        producer.cancel()
+        stop()
 
     producer = asyncio.create_task(produce())
     watcher = asyncio.create_task(watch())
@@ -109,8 +120,12 @@ async def event_stream(
                 break
             yield encode(item[0])
     finally:
-        for task in (producer, watcher):
-            task.cancel()
-        for task in (producer, watcher):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        watcher.cancel()
+        if not producer.done():
+            stop()
+        # This generator may itself be cancelled (the response's scope): shield the wait so
+        # the request ends only once the producer has cleaned up.
+        with anyio.CancelScope(shield=True):
+            for task in (producer, watcher):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task

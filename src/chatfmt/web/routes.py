@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -44,7 +44,13 @@ from ..server.sse import event_stream, sse_event, sse_response
 from .modes import INTERPRETER_TOOL, Modes
 from .page_events import agent_events, error_event
 from .schemas import AgentRequest, CountRequest, CountResponse, InfoResponse
-from .security import SECURITY_HEADERS, STATIC_DIR, SecureStatic, require_same_origin
+from .security import (
+    LOOPBACK_HOSTS,
+    SECURITY_HEADERS,
+    STATIC_DIR,
+    SecureStatic,
+    require_same_origin,
+)
 
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 
@@ -93,6 +99,7 @@ def mount_web(
     idle_timeout: float = 600.0,
     max_sessions: int = 8,
     api_key: str | None = None,
+    allowed_hosts: Iterable[str] | None = LOOPBACK_HOSTS,
 ) -> None:
     """Serve the web chat on ``app``: ``/``, ``/static/``, ``/api/info``, ``/api/count``,
     ``/api/agent``.
@@ -102,7 +109,14 @@ def mount_web(
     browser conversation. ``params`` are the sampling parameters of every model turn.
     ``api_key`` makes every ``/api`` route require ``Authorization: Bearer <api_key>`` (the
     page asks for the key); the page itself and its static files stay public.
+    ``allowed_hosts`` are the host names the ``/api`` POSTs may be addressed to (by default
+    loopback only, which stops DNS-rebinding pages from driving the model and the interpreter);
+    give the names the server is reached by, or ``None`` for any (then protect it with
+    ``api_key``).
     """
+    hosts = (
+        None if allowed_hosts is None else frozenset(h.lower().strip("[]") for h in allowed_hosts)
+    )
     sampling = params or SamplingParams(max_tokens=1024, temperature=0.0)
     budget = Budget(dialect, engine.tokenizer)
     budget_lock = threading.Lock()  # the block cache is shared by worker threads
@@ -123,7 +137,7 @@ def mount_web(
     async def read_post(request: Request, model: type[_Body]) -> _Body:
         """The checked body of a POST to ``/api/*`` (or an :class:`ApiError`)."""
         require_bearer(request, api_key)
-        require_same_origin(request)
+        require_same_origin(request, hosts)
         return await read_json_body(request, model)
 
     app.mount("/static", SecureStatic(directory=STATIC_DIR), name="chatfmt-web-static")

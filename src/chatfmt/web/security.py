@@ -3,6 +3,7 @@ that carry them, and the same-origin check of ``/api`` POSTs."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,8 +39,28 @@ class SecureStatic(StaticFiles):
         return response
 
 
-def require_same_origin(request: Request) -> None:
-    """403 for a request that a page of another origin sent (its ``Origin`` is not our host)."""
+#: Host names a server on loopback answers (the default of ``mount_web``'s ``allowed_hosts``).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def require_same_origin(request: Request, allowed_hosts: Collection[str] | None) -> None:
+    """403 for a request that a page of another origin sent (its ``Origin`` is not our host),
+    or that names a host the server does not serve (``allowed_hosts``; ``None``: any).
+
+    The host check is what stops DNS rebinding: a page on ``attacker.example`` that rebinds its
+    name to 127.0.0.1 is "same-origin" with itself, but its requests say ``Host:
+    attacker.example``.
+    """
+    if allowed_hosts is not None:
+        name = urlsplit("//" + request.headers.get("host", "")).hostname or ""
+        if name.lower() not in allowed_hosts:
+            raise ApiError(
+                403,
+                f"this server does not answer requests for the host {name!r}; it serves "
+                f"{', '.join(sorted(allowed_hosts))} (pass allowed_hosts to mount_web to add "
+                "the names it is reached by)",
+                type="permission_error",
+            )
     origin = request.headers.get("origin")
     if origin is not None and origin != "null":
         host = request.headers.get("host", "")
