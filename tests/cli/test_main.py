@@ -178,3 +178,9 @@ def test_tools_command(tmp_path: Path) -> None:
     empty.write_text("x = 1\n")
     out = run("tools", str(empty), "--dialect", "qwen2.5")
     assert out.returncode == 2 and "defines no tools" in out.stderr
+
+
+def test_serve_refuses_an_unsendable_api_key_before_loading_the_model() -> None:
+    out = run("serve", "--api-key", "my key", "--port", "1")
+    assert out.returncode == 2
+    assert "printable ASCII" in out.stderr and "Traceback" not in out.stderr

@@ -361,6 +361,52 @@ def test_engine_failure_mid_stream_reports_in_band(make_fake, qwen_dialect) -> N
     assert content_of(events[:-1]) == "one two"
 
 
+def test_an_internal_failure_mid_stream_ends_the_stream_cleanly(
+    make_fake, qwen_dialect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatfmt.server import service
+
+    calls = {"n": 0}
+    real = service.chunk_choices
+
+    def broken(events):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("a bug")
+        return real(events)
+
+    monkeypatch.setattr(service, "chunk_choices", broken)
+    app = create_app(make_fake(["one two three four<|im_end|>"]), qwen_dialect, model_name="m")
+    r = chat(app, {"messages": USER_HI, "stream": True})
+    events, done = parse_sse(r.text)
+    assert not done and events[-1]["error"]["type"] == "server_error"
+
+
+def test_tool_choice_without_tools_is_refused(make_fake, qwen_dialect) -> None:
+    app = create_app(make_fake(), qwen_dialect, model_name="m")
+    named = {"type": "function", "function": {"name": "nope"}}
+    for choice in ("required", named):
+        r = chat(app, {"messages": USER_HI, "tool_choice": choice})
+        assert r.status_code == 400 and "no 'tools'" in r.json()["error"]["message"]
+    for choice in ("auto", "none"):
+        assert chat(app, {"messages": USER_HI, "tool_choice": choice}).status_code == 200
+
+
+def test_no_docs_pages_from_cdns(make_fake, qwen_dialect) -> None:
+    app = create_app(make_fake(), qwen_dialect, model_name="m")
+    for path in ("/docs", "/redoc"):
+        assert request(app, "GET", path).status_code == 404
+    assert request(app, "GET", "/openapi.json").status_code == 200
+
+
+@pytest.mark.parametrize("key", ["", " abc", "abc ", "ключ", "a b"])
+def test_unsendable_api_keys_are_refused(make_fake, qwen_dialect, key: str) -> None:
+    from chatfmt.errors import ChatFmtError
+
+    with pytest.raises(ChatFmtError, match="printable ASCII"):
+        create_app(make_fake(), qwen_dialect, model_name="m", api_key=key)
+
+
 def test_tools_render_exactly_as_sent(make_fake, qwen_dialect, qwen) -> None:
     # Key order and extra keys matter: Qwen2.5's template writes each tool with tojson.
     tool = {

@@ -115,3 +115,21 @@ def test_parse_json_body_rules() -> None:
         with pytest.raises(ApiError) as info:
             parse_json_body(body, ChatCompletionRequest)
         assert info.value.status == 400 and words in info.value.message, (body, info.value.message)
+
+
+def test_bodies_must_be_utf8(make_fake, qwen_dialect) -> None:
+    app = create_app(make_fake(), qwen_dialect, model_name="m")
+    headers = {"content-type": "application/json"}
+    text = json.dumps({"messages": USER_HI})
+    utf16 = request(
+        app, "POST", "/v1/chat/completions", content=text.encode("utf-16"), headers=headers
+    )
+    assert_openai_error(utf16, 400)
+    bom = request(
+        app,
+        "POST",
+        "/v1/chat/completions",
+        content=b"\xef\xbb\xbf" + text.encode(),
+        headers=headers,
+    )
+    assert bom.status_code == 200

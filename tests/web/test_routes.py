@@ -371,6 +371,14 @@ async def test_dns_rebinding_pages_are_refused(tok: Tokenizer, allowed: list[str
         assert results["127.0.0.1:8000"] == 403  # only the names given
 
 
+async def test_count_checks_tools_as_the_api_does(tok: Tokenizer) -> None:
+    app, _ = build_app(tok)
+    bad = [{"type": "function", "function": {"name": "f", "parameters": 5}}]
+    async with client(app) as c:
+        r = await c.post("/api/count", json={"messages": USER, "tools": bad})
+    assert r.status_code == 400 and "tool 0" in r.json()["error"]["message"]
+
+
 async def test_posts_need_the_json_content_type(tok: Tokenizer) -> None:
     """No content type, or a form, is refused before anything runs; a charset is fine."""
     app, engine = build_app(tok)

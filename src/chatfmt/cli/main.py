@@ -225,6 +225,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ) from None
     if args.api_key is not None and not args.api_key.strip():
         _fail("--api-key is empty; give a secret, or leave the option out for no key")
+    from ..server.http import check_api_key
+
+    check_api_key(args.api_key)  # before the model loads: a key no client could send
     tools = load_tools_file(args.tools) if args.tools else None
 
     def configure(app: Any, engine: Any, dialect: Dialect) -> None:

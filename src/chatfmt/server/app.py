@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..dialects.base import Dialect
 from ..engines.base import Engine
 from .errors import ApiError, validation_error
-from .http import error_response, install_error_handler
+from .http import check_api_key, error_response, install_error_handler
 from .openapi import publish_models
 from .routes import build_router
 from .schemas import ChatCompletionChunk, ChatCompletionRequest
@@ -30,7 +30,15 @@ def create_app(
     and ``/tokenize`` require ``Authorization: Bearer <api_key>``.
     """
     service = ChatService(engine, dialect, model_name=model_name)
-    app = FastAPI(title="chatfmt", summary=f"{model_name} served with the {dialect.name} format")
+    check_api_key(api_key)
+    # No /docs or /redoc: FastAPI's pages load scripts from CDNs, on the origin of the API and
+    # the code interpreter. The schema itself stays at /openapi.json.
+    app = FastAPI(
+        title="chatfmt",
+        summary=f"{model_name} served with the {dialect.name} format",
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.service = service
     install_error_handler(app)
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pydantic
 from fastapi import FastAPI, Request, Response
 
+from ..errors import ChatFmtError
 from .errors import ApiError, validation_error
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -54,6 +55,18 @@ async def _answer_api_error(_request: Request, exc: Exception) -> Response:
 def install_error_handler(app: FastAPI) -> None:
     """Answer :class:`ApiError` raised by ``app``'s routes (idempotent)."""
     app.add_exception_handler(ApiError, _answer_api_error)
+
+
+def check_api_key(api_key: str | None) -> None:
+    """Refuse a key no client could send: HTTP headers carry printable ASCII, and clients trim
+    the spaces around a token."""
+    if api_key is None:
+        return
+    if not api_key or any(not "!" <= c <= "~" for c in api_key):
+        raise ChatFmtError(
+            "the API key must be printable ASCII without spaces (a client could not send it in "
+            "an Authorization header); choose another key"
+        )
 
 
 def require_bearer(request: Request, api_key: str | None) -> None:
@@ -115,7 +128,8 @@ def parse_json_body(body: bytes, model: type[M]) -> M:
     """``body`` as a ``model``, or a 400 naming the problem."""
     try:
         # RecursionError: JSON nested deeper than the parser goes is bad input, not a crash.
-        data = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
+        text = body.decode("utf-8-sig")  # JSON on the web is UTF-8 (json.loads would guess)
+        data = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except _NonFinite as exc:
         raise ApiError(
             400,

@@ -83,6 +83,17 @@ class ToolDef(_Lenient):
     function: FunctionDef
 
 
+def check_tools(value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Tool definitions as sent, each checked against :class:`ToolDef` (for validators)."""
+    for i, tool in enumerate(value or ()):
+        try:
+            ToolDef.model_validate(tool)
+        except ValidationError as exc:
+            loc, msg = first_problem(exc.errors())
+            raise ValueError(f"tool {i}: {loc}: {msg}") from None
+    return value
+
+
 class NamedFunction(_Lenient):
     name: str
 
@@ -119,13 +130,7 @@ class ChatCompletionRequest(_Lenient):
     @field_validator("tools")
     @classmethod
     def _tools_shape(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        for i, tool in enumerate(value or ()):
-            try:
-                ToolDef.model_validate(tool)
-            except ValidationError as exc:
-                loc, msg = first_problem(exc.errors())
-                raise ValueError(f"tool {i}: {loc}: {msg}") from None
-        return value
+        return check_tools(value)
 
     @field_validator("tool_choice", mode="before")
     @classmethod

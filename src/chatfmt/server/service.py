@@ -8,6 +8,7 @@ worker thread) → context check → ``engine.stream`` → ids → tokenizer pie
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import threading
 import time
@@ -43,6 +44,8 @@ from .wire import ROLE_CHOICE, assistant_message, chunk_choices
 #: Requests with less message text than this are rendered on the event loop: a thread hop
 #: costs more than encoding a few thousand characters (tens of microseconds).
 INLINE_RENDER_CHARS = 8192
+
+log = logging.getLogger("chatfmt.server")
 
 
 class _RenderBusy(Exception):
@@ -222,6 +225,13 @@ class ChatService:
     def _select_tools(self, req: ChatCompletionRequest) -> list[Tool]:
         defs = req.tools or []
         choice = req.tool_choice
+        if not defs and choice not in (None, "auto", "none"):
+            raise ApiError(
+                400,
+                "tool_choice asks for a tool call, but the request has no 'tools'; send the "
+                "tool definitions, or leave tool_choice out",
+                param="tool_choice",
+            )
         if choice == "none" or not defs:
             # "none": the model must not call tools, so it is not shown any.
             return []
@@ -349,6 +359,11 @@ class ChatService:
         except EngineError as exc:
             # Headers are sent: report in-band, as OpenAI does, and end without [DONE].
             yield sse_event(json_bytes(engine_api_error(exc).body()))
+            return
+        except Exception:  # a bug of ours, not the client's: log it, end the stream cleanly
+            log.exception("chat completion stream failed")
+            error = ApiError(500, "internal error while streaming the reply", type="server_error")
+            yield sse_event(json_bytes(error.body()))
             return
         finally:
             # A client that disconnects cancels this generator through an anyio cancel scope,

@@ -33,6 +33,7 @@ from ..interpreter.sessions import InterpreterSessions
 from ..messages import Conversation, Message, Tool, from_openai
 from ..server.errors import ApiError
 from ..server.http import (
+    check_api_key,
     install_error_handler,
     json_bytes,
     json_response,
@@ -114,6 +115,7 @@ def mount_web(
     give the names the server is reached by, or ``None`` for any (then protect it with
     ``api_key``).
     """
+    check_api_key(api_key)
     hosts = (
         None if allowed_hosts is None else frozenset(h.lower().strip("[]") for h in allowed_hosts)
     )

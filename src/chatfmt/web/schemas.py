@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..server.schemas import check_tools
 from .modes import Mode
 
 
@@ -20,6 +21,11 @@ class CountRequest(_Strict):
     tools: list[dict[str, Any]] | None = None
     mode: Mode | None = None
     system: str | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_shape(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        return check_tools(value)
 
 
 class AgentRequest(_Strict):
