@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from chatfmt import get_dialect
 from chatfmt.decoding import ControlSplitter, TurnDecoder, held_suffix, split_controls
 from chatfmt.dialects.base import Dialect
-from chatfmt.events import Event, ParseResult, ToolCallStart, merge_deltas
+from chatfmt.events import Event, Finish, ParseResult, SegmentEnd, ToolCallStart, merge_deltas
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Piece, Tokenizer
 
@@ -302,3 +302,16 @@ def test_held_suffix_is_the_longest_proper_prefix_suffix(text: str, markers: lis
         (k for m in markers for k in range(1, len(m)) if text.endswith(m[:k])), default=0
     )
     assert held_suffix(text, markers) == expected
+
+
+def test_a_cut_interpreter_segment_leaves_no_trace() -> None:
+    glm3 = get_dialect("chatglm3")
+    text = "\n Let me compute.<|assistant|>interpreter\n```python\nprint(1)\nSTOP more"
+    turn = TurnDecoder(glm3, stop_strings=["STOP"])
+    events = turn.feed_text(text) + turn.finish()
+    result = turn.result()
+    assert result.content == "Let me compute." and result.tool_calls == []
+    assert result.finish_reason == "stop"
+    assert result.warnings == ["tool call 0 was cut off by a stop sequence and dropped"]
+    assert not any(isinstance(e, SegmentEnd) and e.metadata == "interpreter" for e in events)
+    assert events[-1] == Finish("stop")

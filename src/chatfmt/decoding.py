@@ -23,6 +23,7 @@ from .events import (
     Finish,
     FinishReason,
     ParseResult,
+    SegmentEnd,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
@@ -295,8 +296,10 @@ class TurnDecoder:
                 messages.append(m.model_copy(update={"tool_calls": calls or None}))
         if not messages:
             messages = [Message(role="assistant", content=None)]
+        # The parser's own note on how it closed a cut call is moot: the call is gone.
+        moot = tuple(f"tool call {i} " for i in self._cut)
         warnings = [
-            *result.warnings,
+            *(w for w in result.warnings if not w.startswith(moot)),
             *(
                 f"tool call {i} was cut off by a stop sequence and dropped"
                 for i in sorted(self._cut)
@@ -359,14 +362,19 @@ class TurnDecoder:
             return events
         cut = self._cut
         out: list[Event] = []
+        dropped_end = False
         for ev in events:
             if isinstance(ev, ToolCallStart):
                 self._open[ev.index] = ev.id
             elif isinstance(ev, ToolCallEnd):
                 self._open.pop(ev.index, None)
                 if ev.index in cut:
+                    dropped_end = True
                     continue
             elif isinstance(ev, ToolCallDelta) and ev.index in cut:
+                continue
+            elif isinstance(ev, SegmentEnd) and dropped_end:
+                dropped_end = False  # the segment of a cut call (ChatGLM3) goes with it
                 continue
             elif isinstance(ev, Finish) and cut and ev.reason == "tool_calls":
                 kept = self.result().finish_reason
