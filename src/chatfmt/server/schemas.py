@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -94,6 +95,10 @@ def check_tools(value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | No
     return value
 
 
+#: Tool definitions kept as sent, each checked against :class:`ToolDef`.
+ToolList = Annotated[list[dict[str, Any]] | None, AfterValidator(check_tools)]
+
+
 class NamedFunction(_Lenient):
     name: str
 
@@ -114,7 +119,7 @@ class ChatCompletionRequest(_Lenient):
     messages: list[dict[str, Any]]
     #: Kept as sent (checked against :class:`ToolDef`): Qwen2.5 renders tools verbatim, key
     #: order and extra keys included, as its official template does.
-    tools: list[dict[str, Any]] | None = None
+    tools: ToolList = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     stop: str | list[str] | None = None
     max_tokens: StrictInt | None = Field(default=None, ge=1)
@@ -126,11 +131,6 @@ class ChatCompletionRequest(_Lenient):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     parallel_tool_calls: bool | None = None
-
-    @field_validator("tools")
-    @classmethod
-    def _tools_shape(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        return check_tools(value)
 
     @field_validator("tool_choice", mode="before")
     @classmethod

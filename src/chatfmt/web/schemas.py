@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..server.schemas import check_tools
+from ..server.schemas import ToolList
 from .modes import Mode
 
 
@@ -18,14 +18,9 @@ class CountRequest(_Strict):
     """Body of ``POST /api/count``: what to count (``tools`` or a ``mode`` that implies them)."""
 
     messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = None
+    tools: ToolList = None
     mode: Mode | None = None
     system: str | None = None
-
-    @field_validator("tools")
-    @classmethod
-    def _tools_shape(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        return check_tools(value)
 
 
 class AgentRequest(_Strict):
