@@ -91,3 +91,20 @@ def small_glm(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unty
         minloglevel=2,
     )
     return SentencePieceTokenizer(d / "tok.model")
+
+
+@pytest.fixture(scope="session")
+def glm4_standin(qwen):  # type: ignore[no-untyped-def]
+    """A stand-in vocabulary with GLM-4's control tokens: no GLM-4 tokenizer ships offline, so
+    Qwen's ranks carry GLM-4's control names (at ids after Qwen's ranks, not GLM-4's)."""
+    from chatfmt.dialects.glm4 import GLM4
+    from chatfmt.tokenizers.tiktoken import TiktokenTokenizer
+
+    enc = qwen.encoding
+    first = enc.max_token_value + 1
+    return TiktokenTokenizer(
+        "glm4-standin",
+        pat_str=enc._pat_str,
+        mergeable_ranks=enc._mergeable_ranks,
+        controls={t: first + i for i, t in enumerate(GLM4.controls)},
+    )

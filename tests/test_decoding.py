@@ -142,7 +142,16 @@ def outcome(events: list[Event], result: ParseResult) -> Any:
 
 # ==== Every dialect, every tokenizer ====
 
+GLM4_CONTROLS = ["<|assistant|>", "<|user|>", "<|observation|>", "<|system|>", "<|endoftext|>"]
+GLM4_PARTS = [
+    "<|assistant|>", "<|user|>", "<|observation|>", "<|endoftext|>",
+    '<|assistant|>get_weather\n{"city": "isopropyl <sop>", "n": 3}',
+    "<|assistant|>search\n[1, 2]",
+    '<|assistant|>bad name\n{"x": 1}',
+    "<|assistant|>\n isopropyl alcohol ",
+]  # fmt: skip
 CHATML = (CHATML_CONTROLS, CHATML_PARTS)
+GLM4_FAMILY = (GLM4_CONTROLS, GLM4_PARTS)
 GLM = (GLM_CONTROLS, GLM_PARTS)
 CASES = [
     ("chatml", "cl100k", CHATML),
@@ -151,6 +160,7 @@ CASES = [
     ("qwen2.5", "qwen_json", CHATML),
     ("chatglm3", "small_glm", GLM),
     ("chatglm3", "glm", GLM),
+    ("glm4", "glm4_standin", GLM4_FAMILY),
 ]
 
 

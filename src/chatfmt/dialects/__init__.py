@@ -27,10 +27,17 @@ def _chatglm3() -> Dialect:
     return ChatGLM3()
 
 
+def _glm4() -> Dialect:
+    from .glm4 import GLM4
+
+    return GLM4()
+
+
 DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "chatml": _chatml,
     "qwen2.5": _qwen25,
     "chatglm3": _chatglm3,
+    "glm4": _glm4,
 }
 
 
@@ -40,7 +47,7 @@ def list_dialects() -> list[str]:
 
 
 def get_dialect(name: str) -> Dialect:
-    """The dialect called ``name`` (``chatml``, ``qwen2.5``, ``chatglm3``)."""
+    """The dialect called ``name`` (see :func:`list_dialects`)."""
     try:
         constructor = DIALECT_CONSTRUCTORS[name]
     except KeyError:
