@@ -3,8 +3,9 @@
 ``[gMASK]<sop>``, then per message ``<|role|>{metadata}\\n{content}`` with no separators, and
 ``<|assistant|>`` as the generation prompt. Tools are described in a ``<|system|>`` turn of
 their own (the assistant's identity, ``# 可用工具``, then per function ``## name`` and its
-definition as JSON indented by 4), placed before the conversation's messages. A call is an ``<|assistant|>`` segment whose metadata is
-the tool name and whose content is the arguments as JSON; its result is an
+definition as JSON indented by 4), placed before the conversation's messages. A call is an
+``<|assistant|>`` segment whose metadata is the tool name and whose content is the arguments
+as JSON; its result is an
 ``<|observation|>`` turn. This reproduces the published chat template text for text (no
 GLM-4 tokenizer is available offline, so ids are not checked against a reference).
 """
