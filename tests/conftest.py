@@ -126,3 +126,12 @@ def gemma(gemma_gguf: Path):  # type: ignore[no-untyped-def]
     from chatfmt.tokenizers import load_tokenizer
 
     return load_tokenizer(str(gemma_gguf))
+
+
+@pytest.fixture(scope="session")
+def llama3_tok():  # type: ignore[no-untyped-def]
+    """Llama 3's vocabulary, from the reference package's own tokenizer.model."""
+    pytest.importorskip("llama_models", reason="llama-models (the Llama 3 reference) is missing")
+    from chatfmt.tokenizers.tiktoken import llama3
+
+    return llama3()

@@ -152,6 +152,14 @@ GLM4_PARTS = [
 ]  # fmt: skip
 GEMMA_CONTROLS = ["<start_of_turn>", "<end_of_turn>", "<eos>", "<bos>"]
 GEMMA_PARTS = ["<end_of_turn>", "<eos>", "<start_of_turn>", "Paris.\n\n<h1>Title</h1>  \t"]
+LLAMA3_CONTROLS = ["<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<|end_of_text|>"]
+LLAMA3_PARTS = [
+    '{"name": "get_weather", "parameters": {"city": "isopropyl <|eot"}}',
+    '<|python_tag|>brave_search.call(query="gold <|eom")',
+    '<|python_tag|>{"name": "g", "parameters": {}}',
+    '{"name": "h", "parameters": {"cut": "x',
+    "<|eot_id|>", "<|eom_id|>",
+]  # fmt: skip
 CHATML = (CHATML_CONTROLS, CHATML_PARTS)
 GLM4_FAMILY = (GLM4_CONTROLS, GLM4_PARTS)
 GLM = (GLM_CONTROLS, GLM_PARTS)
@@ -164,6 +172,7 @@ CASES = [
     ("chatglm3", "glm", GLM),
     ("glm4", "glm4_standin", GLM4_FAMILY),
     ("gemma3", "gemma", (GEMMA_CONTROLS, GEMMA_PARTS)),
+    ("llama3", "llama3_tok", (LLAMA3_CONTROLS, LLAMA3_PARTS)),
 ]
 
 

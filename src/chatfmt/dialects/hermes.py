@@ -54,7 +54,8 @@ class HermesParser(StreamParser):
     """Incremental parser of one assistant turn: text plus Hermes-style tool calls.
 
     ``open_tag`` / ``close_tag`` are the dialect's call tags (arriving as control tokens or as
-    text, they parse the same way); bare and fenced JSON calls need no configuration.
+    text, they parse the same way), or ``None`` for a format without tags; bare and fenced JSON
+    calls need no configuration.
 
     Every decision depends only on the characters seen, never on how they were chunked, so any
     chunking yields the same events (up to how deltas are split) and the same result. Work per
@@ -67,14 +68,16 @@ class HermesParser(StreamParser):
         *,
         id_factory: Callable[[], str] | None = None,
         stop_controls: Sequence[str] = (),
-        open_tag: str = "<tool_call>",
-        close_tag: str = "</tool_call>",
+        open_tag: str | None = "<tool_call>",
+        close_tag: str | None = "</tool_call>",
     ) -> None:
         super().__init__(id_factory=id_factory, stop_controls=stop_controls)
-        if not open_tag or not close_tag:
-            raise ValueError("HermesParser needs non-empty open_tag and close_tag")
-        self._open_tag = open_tag
-        self._close_tag = close_tag
+        if (open_tag is None) != (close_tag is None) or open_tag == "" or close_tag == "":
+            raise ValueError("HermesParser needs non-empty open_tag and close_tag, or neither")
+        # No tags (Llama 3): only bare and fenced calls, at the start or after a call.
+        self._open_tag = open_tag or ""
+        self._close_tag = close_tag or ""
+        self._tag_markers = (open_tag,) if open_tag else ()
         self._mode = _LEAD
         self._first = True  # before anything but whitespace
         self._lead = ""  # whitespace seen in _LEAD
@@ -215,9 +218,9 @@ class HermesParser(StreamParser):
         buf = self._hold + text
         self._hold = ""
         open_tag = self._open_tag
-        i = buf.find(open_tag)
+        i = buf.find(open_tag) if open_tag else -1
         if i < 0:
-            end = len(buf) - held_suffix(buf, (open_tag,))
+            end = len(buf) - held_suffix(buf, self._tag_markers)
             if end > 0 and buf[end - 1] == "\n":
                 end -= 1  # may be the separator before a call: decide later
             self._emit_text(buf[:end])

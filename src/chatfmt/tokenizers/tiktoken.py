@@ -226,3 +226,110 @@ def from_tiktoken_file(path: Path, *, pat_str: str | None = None) -> TiktokenTok
         controls=controls,
         normalize="NFC" if controls else None,
     )
+
+
+# ==== Llama 3 (3.1, 3.2, 3.3) ====
+
+#: The Llama 3 pre-tokenizer pattern (digits in runs of up to three).
+LLAMA3_PAT_STR = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_FIRST_SPECIAL_ID = 128000
+#: The named special tokens of Llama 3, in id order from 128000; reserved ones fill up to 256.
+LLAMA3_NAMED_SPECIALS = (
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>",
+    "<|finetune_right_pad_id|>",
+    "<|step_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+    "<|image|>",
+)
+LLAMA3_NUM_SPECIALS = 256
+# Meta's encoder cuts text into pieces of at most this many characters, and each piece into runs
+# of at most _LLAMA3_MAX_RUN whitespace or non-whitespace characters, encoding each apart (a
+# tiktoken workaround that changes the ids of very long runs): reproduced for exact ids.
+_LLAMA3_MAX_CHARS = 400_000
+_LLAMA3_MAX_RUN = 25_000
+
+
+def llama3_controls() -> dict[str, int]:
+    """The 256 Llama 3 special tokens by id (named ones, then ``<|reserved_special_token_N|>``)."""
+    reserved = LLAMA3_NUM_SPECIALS - len(LLAMA3_NAMED_SPECIALS)
+    names = [
+        *LLAMA3_NAMED_SPECIALS,
+        *(f"<|reserved_special_token_{2 + i}|>" for i in range(reserved)),
+    ]
+    return {t: LLAMA3_FIRST_SPECIAL_ID + i for i, t in enumerate(names)}
+
+
+def _runs(text: str, limit: int) -> list[str]:
+    """``text`` cut so that no piece holds more than ``limit`` consecutive whitespace or
+    non-whitespace characters (as Meta's reference encoder cuts it)."""
+    pieces: list[str] = []
+    start = run = 0
+    space = text[0].isspace() if text else False
+    for i, c in enumerate(text):
+        if c.isspace() != space:
+            space = not space
+            run = 1
+        else:
+            run += 1
+            if run > limit:
+                pieces.append(text[start:i])
+                start, run = i, 1
+    pieces.append(text[start:])
+    return pieces
+
+
+class Llama3Tokenizer(TiktokenTokenizer):
+    """Llama 3's vocabulary; very long text is cut as Meta's encoder cuts it."""
+
+    def encode_text(self, text: str) -> list[int]:
+        if len(text) <= _LLAMA3_MAX_RUN:
+            return super().encode_text(text)
+        ids: list[int] = []
+        for k in range(0, len(text), _LLAMA3_MAX_CHARS):
+            for piece in _runs(text[k : k + _LLAMA3_MAX_CHARS], _LLAMA3_MAX_RUN):
+                ids.extend(super().encode_text(piece))
+        return ids
+
+
+def llama3_from_file(path: Path) -> Llama3Tokenizer:
+    """Llama 3's ``tokenizer.model`` (a tiktoken rank file of 128,000 ranks)."""
+    try:
+        ranks = _parse_ranks(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise TokenizerError(f"cannot read Llama 3 tokenizer {str(path)!r}: {exc}") from None
+    if len(ranks) != LLAMA3_FIRST_SPECIAL_ID:
+        raise TokenizerError(
+            f"{str(path)!r} has {len(ranks)} ranks, but Llama 3's tokenizer.model has "
+            f"{LLAMA3_FIRST_SPECIAL_ID}; point at the model's own tokenizer.json or GGUF instead"
+        )
+    return Llama3Tokenizer(
+        "llama3",
+        pat_str=LLAMA3_PAT_STR,
+        mergeable_ranks=ranks,
+        controls=llama3_controls(),
+        vocab_size=LLAMA3_FIRST_SPECIAL_ID + LLAMA3_NUM_SPECIALS,
+    )
+
+
+def llama3() -> Llama3Tokenizer:
+    """Llama 3's vocabulary from an installed ``llama-models`` (not a chatfmt dependency)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_models") is None:
+        raise TokenizerError(
+            "the 'llama3' tokenizer reads tokenizer.model from Meta's llama-models package: "
+            "`pip install llama-models`, or pass --tokenizer the model's tokenizer.json or GGUF"
+        )
+    path = resources.files("llama_models") / "llama3" / "tokenizer.model"
+    with resources.as_file(path) as file:
+        return llama3_from_file(Path(file))

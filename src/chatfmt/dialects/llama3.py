@@ -1,0 +1,247 @@
+"""Llama 3.1 / 3.2 / 3.3: ``<|start_header_id|>{role}<|end_header_id|>\\n\\n{content}<|eot_id|>``.
+
+Ids match Meta's reference encoder (``llama_models.llama3.chat_format.ChatFormat``): the header
+``\\n\\n``, the content and each call are separate encoder calls, tool results are ``ipython``
+turns, an assistant turn with calls ends with ``<|eom_id|>``. Custom calls render as the
+reference writes them, ``{"type": "function", "name": …, "parameters": …}`` (ASCII-escaped
+JSON); ``brave_search``, ``wolfram_alpha`` and ``photogen`` as ``name.call(query="…")``;
+``code_interpreter`` as ``<|python_tag|>`` and the code. Tools, when given, are described as in
+Meta's JSON tool-calling prompt: ``Environment: ipython`` and the date lines in the system turn,
+then a user turn listing the functions. See ``docs/formats/llama3.md``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+
+from ..errors import PyCallError, ValidationError
+from ..events import Event, Finish, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ..jsonscan import WS
+from ..messages import Conversation, Message, ToolCall
+from ..pycall import parse_tool_call
+from ..segments import Block, Control, Segment, Text
+from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
+from .base import Dialect, finish_reason_for
+from .hermes import HermesParser
+
+BEGIN_OF_TEXT = "<|begin_of_text|>"
+END_OF_TEXT = "<|end_of_text|>"
+START_HEADER = "<|start_header_id|>"
+END_HEADER = "<|end_header_id|>"
+EOM = "<|eom_id|>"
+EOT = "<|eot_id|>"
+PYTHON_TAG = "<|python_tag|>"
+#: Built-in tools the reference writes as ``name.call(query="…")``.
+QUERY_TOOLS = ("brave_search", "wolfram_alpha", "photogen")
+CODE_INTERPRETER = "code_interpreter"
+_ROLES = {"system": "system", "user": "user", "assistant": "assistant"}
+_ROLES.update(tool="ipython", observation="ipython")
+_MONTHS = (
+    "January February March April May June July August September October November December"
+).split()
+_ENVIRONMENT = "Environment: ipython\n\nCutting Knowledge Date: December 2023\nToday Date: {}\n"
+_TOOLS_HEAD = (
+    "Answer the user's question by making use of the following functions if needed.\n"
+    "If none of the function can be used, please say so.\n"
+    "Here is a list of functions in JSON format:\n"
+)
+_TOOLS_TAIL = "\nReturn function calls in JSON format."
+_BUILTIN_CALL = re.compile(r"\s*([A-Za-z_]\w*)\.call(\(.*\))\s*\Z", re.DOTALL)
+
+
+def _date(day: datetime.date) -> str:
+    """``21 September 2024``, whatever the locale (the reference's ``%d %B %Y``)."""
+    return f"{day.day:02d} {_MONTHS[day.month - 1]} {day.year}"
+
+
+def _call_text(call: ToolCall) -> str:
+    """One call as the reference encoder writes it."""
+    args = call.arguments_dict()
+    if call.name in QUERY_TOOLS:
+        return f'{call.name}.call(query="{args["query"]}")'
+    if call.name == CODE_INTERPRETER:
+        code: str = args["code"]
+        return code
+    return json.dumps({"type": "function", "name": call.name, "parameters": args})
+
+
+def _header(role: str) -> tuple[Segment, ...]:
+    return (Control(START_HEADER), Text(role), Control(END_HEADER), Text("\n\n"))
+
+
+class Llama3(Dialect):
+    """Llama 3.1 to 3.3 instruct. ``today`` fills the ``Today Date`` line of the tool prompt
+    (default: the date when rendering, as the reference does)."""
+
+    name = "llama3"
+    controls = (BEGIN_OF_TEXT, END_OF_TEXT, START_HEADER, END_HEADER, EOM, EOT, PYTHON_TAG)
+    stop_controls = (EOT, EOM, END_OF_TEXT)
+    turns_render_independently = True
+
+    def __init__(self, *, today: str | datetime.date | None = None) -> None:
+        self.today = today
+
+    # ==== Validation ====
+
+    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
+        check_not_empty(conversation)
+        check_tool_calls_only_on_assistant(conversation)
+        check_tool_pairing(conversation, strict=strict)
+        for i, m in enumerate(conversation.messages):
+            calls = m.tool_calls or ()
+            for call in calls:
+                self._check_call(i, call, len(calls), strict=strict)
+            if strict and m.metadata:
+                raise ValidationError(
+                    "Llama 3 headers hold only the role and would drop 'metadata'; remove it",
+                    index=i,
+                    rule="metadata",
+                )
+
+    def _check_call(self, index: int, call: ToolCall, ncalls: int, *, strict: bool) -> None:
+        key = "query" if call.name in QUERY_TOOLS else "code"
+        if call.name not in QUERY_TOOLS and call.name != CODE_INTERPRETER:
+            if strict and not call.name:
+                raise ValidationError(
+                    "a tool call needs a name; set it to the function's name",
+                    index=index,
+                    rule="tool-call-name",
+                )
+            return
+        args = call.arguments_dict()
+        problem = None
+        if not isinstance(args.get(key), str):
+            problem = f"needs arguments {{{key!r}: <string>}}"
+        elif strict and len(args) > 1:
+            problem = f"takes only {key!r}; the reference drops other arguments"
+        elif strict and key == "query" and '"' in args[key]:
+            problem = 'writes the query between quotes unescaped; remove the " characters'
+        elif strict and ncalls > 1:
+            problem = "must be the only call of its turn, as Llama 3 makes one built-in call"
+        if problem is not None:
+            raise ValidationError(
+                f"built-in tool {call.name!r} {problem}", index=index, rule="builtin-tool-call"
+            )
+
+    # ==== Rendering ====
+
+    def render_blocks(
+        self, conversation: Conversation, *, add_generation_prompt: bool = True
+    ) -> list[Block]:
+        msgs = conversation.messages
+        blocks = [Block((Control(BEGIN_OF_TEXT),))]
+        start = 0
+        if conversation.tools:
+            system = msgs[0].text if msgs and msgs[0].role == "system" else None
+            start = 0 if system is None else 1
+            text = _ENVIRONMENT.format(self._today())
+            if system is not None:
+                text += "\n" + system + "\n"
+            listing = "".join(
+                json.dumps(
+                    {"type": "function", "function": t.function}, indent=4, ensure_ascii=False
+                )
+                + "\n"
+                for t in conversation.tools
+            )
+            blocks.append(
+                Block((*_header("system"), Text(text), Control(EOT)), tuple(range(start)))
+            )
+            tools = _TOOLS_HEAD + listing + _TOOLS_TAIL
+            blocks.append(Block((*_header("user"), Text(tools), Control(EOT))))
+        for i in range(start, len(msgs)):
+            blocks.append(Block(self._message(msgs[i]), (i,)))
+        if add_generation_prompt:
+            blocks.append(Block(_header("assistant")))
+        return blocks
+
+    def _today(self) -> str:
+        today = self.today if self.today is not None else datetime.date.today()
+        return today if isinstance(today, str) else _date(today)
+
+    def _message(self, m: Message) -> tuple[Segment, ...]:
+        segments = list(_header(_ROLES[m.role]))
+        calls = m.tool_calls or ()
+        if calls and calls[0].name == CODE_INTERPRETER:
+            segments.append(Control(PYTHON_TAG))
+        # The reference encodes the content and each call apart: one Text each.
+        segments += [Text(t) for t in (m.text, *map(_call_text, calls)) if t]
+        segments.append(Control(EOM if calls else EOT))
+        return tuple(segments)
+
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """The opening of a custom call as history renders it, up to the arguments if named."""
+        opening = '{"type": "function", "name": '
+        if name is not None:
+            opening += json.dumps(name) + ', "parameters": '
+        return (Text(opening),)
+
+    # ==== Parsing ====
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> Llama3Parser:
+        """A fresh parser; ``id_factory`` makes tool call ids (deterministic ones in tests)."""
+        return Llama3Parser(id_factory=id_factory, stop_controls=self.stop_controls)
+
+
+class Llama3Parser(HermesParser):
+    """:class:`HermesParser` without tags (a reply that is a JSON object is a call), plus what
+    follows a leading ``<|python_tag|>``: a JSON call (streamed), ``name.call(k=v, …)`` (read
+    with :mod:`ast`, literals only, never evaluated), or else code for ``code_interpreter``.
+    The last two are decided when the turn ends."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(open_tag=None, close_tag=None, **kwargs)
+        self._tag: Literal["", "open", "body"] = ""
+        self._body: list[str] = []
+
+    def on_control(self, token: str) -> list[Event]:
+        if token == PYTHON_TAG and not self._tag and self._first and not self._calls:
+            self._tag = "open"
+            return []
+        return self.on_text(token)
+
+    def on_text(self, text: str) -> list[Event]:
+        if self._tag == "open":
+            rest = text.lstrip(WS)
+            if rest.startswith("{"):
+                self._tag = ""
+                text, self._body = "".join(self._body) + text, []
+            elif rest:
+                self._tag = "body"
+        if self._tag:
+            self._body.append(text)
+            return []
+        return super().on_text(text)
+
+    def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
+        if not self._tag:
+            return super().on_finish(reason)
+        body, self._body, self._tag = "".join(self._body), [], ""
+        if reason == "length" or not body.strip(WS):
+            if body:
+                self._warnings.append(f"the {PYTHON_TAG} call was cut off; kept as text")
+            return super().on_text(body) + super().on_finish(reason)
+        name, args = CODE_INTERPRETER, {"code": body}
+        m = _BUILTIN_CALL.match(body)
+        if m is not None:
+            try:
+                name, args = (
+                    m.group(1),
+                    parse_tool_call(m.group(1) + m.group(2), function=m.group(1)),
+                )
+            except PyCallError:
+                pass  # not a call after all: code, as the reference reads it
+        call = ToolCall(id=self._new_id(), name=name, arguments=args, raw=PYTHON_TAG + body)
+        self._calls.append(call)
+        self._ncalls += 1
+        index = len(self._calls) - 1
+        return [
+            ToolCallStart(index, call.id, name),
+            ToolCallDelta(index, call.arguments),
+            ToolCallEnd(index),
+            Finish(finish_reason_for(True, reason)),
+        ]
