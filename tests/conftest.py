@@ -135,3 +135,13 @@ def llama3_tok():  # type: ignore[no-untyped-def]
     from chatfmt.tokenizers.tiktoken import llama3
 
     return llama3()
+
+
+@pytest.fixture(scope="session")
+def mistral_v3_tok():  # type: ignore[no-untyped-def]
+    """Mistral's v3 SentencePiece vocabulary, as the reference package ships it."""
+    mc = pytest.importorskip("mistral_common", reason="mistral-common (the reference) is missing")
+    from chatfmt.tokenizers.sentencepiece import SentencePieceTokenizer
+
+    data = Path(mc.__file__).parent / "data" / "mistral_instruct_tokenizer_240323.model.v3"
+    return SentencePieceTokenizer(data, specials=())

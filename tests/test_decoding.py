@@ -160,6 +160,13 @@ LLAMA3_PARTS = [
     '{"name": "h", "parameters": {"cut": "x',
     "<|eot_id|>", "<|eom_id|>",
 ]  # fmt: skip
+MISTRAL_CONTROLS = ["[TOOL_CALLS]", "</s>", "[INST]", "[/INST]"]
+MISTRAL_PARTS = [
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "isopropyl [INST"}}]',
+    '[TOOL_CALLS][{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": [1]}}]',
+    '[TOOL_CALLS][{"name": "h", "arguments": {"cut": "x',
+    "[TOOL_CALLS]not json", "</s>",
+]  # fmt: skip
 CHATML = (CHATML_CONTROLS, CHATML_PARTS)
 GLM4_FAMILY = (GLM4_CONTROLS, GLM4_PARTS)
 GLM = (GLM_CONTROLS, GLM_PARTS)
@@ -173,6 +180,7 @@ CASES = [
     ("glm4", "glm4_standin", GLM4_FAMILY),
     ("gemma3", "gemma", (GEMMA_CONTROLS, GEMMA_PARTS)),
     ("llama3", "llama3_tok", (LLAMA3_CONTROLS, LLAMA3_PARTS)),
+    ("mistral-v3", "mistral_v3_tok", (MISTRAL_CONTROLS, MISTRAL_PARTS)),
 ]
 
 

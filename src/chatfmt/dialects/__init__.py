@@ -39,6 +39,18 @@ def _llama3() -> Dialect:
     return Llama3()
 
 
+def _mistral_v3() -> Dialect:
+    from .mistral import MistralV3
+
+    return MistralV3()
+
+
+def _mistral_v7() -> Dialect:
+    from .mistral import MistralV7
+
+    return MistralV7()
+
+
 def _gemma3() -> Dialect:
     from .gemma3 import Gemma3
 
@@ -49,6 +61,8 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "chatml": _chatml,
     "qwen2.5": _qwen25,
     "chatglm3": _chatglm3,
+    "mistral-v3": _mistral_v3,
+    "mistral-v7": _mistral_v7,
     "llama3": _llama3,
     "gemma3": _gemma3,
     "glm4": _glm4,

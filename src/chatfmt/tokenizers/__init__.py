@@ -80,6 +80,10 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
         from .sentencepiece import SentencePieceTokenizer
 
         return SentencePieceTokenizer(path)
+    if suffix == ".json" and "tekken" in path.name.lower():
+        from .tekken import load_tekken
+
+        return load_tekken(path)
     if suffix == ".json":
         from .hf import HFTokenizer
 
