@@ -145,3 +145,11 @@ def mistral_v3_tok():  # type: ignore[no-untyped-def]
 
     data = Path(mc.__file__).parent / "data" / "mistral_instruct_tokenizer_240323.model.v3"
     return SentencePieceTokenizer(data, specials=())
+
+
+@pytest.fixture(scope="session")
+def harmony_tok():  # type: ignore[no-untyped-def]
+    """gpt-oss's o200k_harmony vocabulary (o200k_base's ranks, harmony's control tokens)."""
+    from chatfmt.tokenizers.tiktoken import o200k_harmony
+
+    return o200k_harmony()

@@ -167,6 +167,16 @@ MISTRAL_PARTS = [
     '[TOOL_CALLS][{"name": "h", "arguments": {"cut": "x',
     "[TOOL_CALLS]not json", "</s>",
 ]  # fmt: skip
+HARMONY_CONTROLS = [
+    "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>",
+]  # fmt: skip
+HARMONY_PARTS = [
+    "<|channel|>analysis<|message|>isopropyl <|im_st<|end|>",
+    "<|start|>assistant<|channel|>final<|message|>Paris.",
+    '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"c": "sop <|end"}',
+    '<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"x": [1',
+    "<|return|>", "<|call|>", "<|end|>",
+]  # fmt: skip
 CHATML = (CHATML_CONTROLS, CHATML_PARTS)
 GLM4_FAMILY = (GLM4_CONTROLS, GLM4_PARTS)
 GLM = (GLM_CONTROLS, GLM_PARTS)
@@ -181,6 +191,7 @@ CASES = [
     ("gemma3", "gemma", (GEMMA_CONTROLS, GEMMA_PARTS)),
     ("llama3", "llama3_tok", (LLAMA3_CONTROLS, LLAMA3_PARTS)),
     ("mistral-v3", "mistral_v3_tok", (MISTRAL_CONTROLS, MISTRAL_PARTS)),
+    ("harmony", "harmony_tok", (HARMONY_CONTROLS, HARMONY_PARTS)),
 ]
 
 

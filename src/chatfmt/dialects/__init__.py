@@ -57,6 +57,12 @@ def _gemma3() -> Dialect:
     return Gemma3()
 
 
+def _harmony() -> Dialect:
+    from .harmony import Harmony
+
+    return Harmony()
+
+
 DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "chatml": _chatml,
     "qwen2.5": _qwen25,
@@ -66,6 +72,7 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "llama3": _llama3,
     "gemma3": _gemma3,
     "glm4": _glm4,
+    "harmony": _harmony,
 }
 
 

