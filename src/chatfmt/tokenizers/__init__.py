@@ -38,9 +38,16 @@ def _qwen25() -> Tokenizer:
 
 
 #: Named tokenizers: name → constructor (as :data:`chatfmt.dialects.DIALECT_CONSTRUCTORS`).
+def _o200k_harmony() -> Tokenizer:
+    from .tiktoken import o200k_harmony
+
+    return o200k_harmony()
+
+
 TOKENIZER_CONSTRUCTORS: dict[str, Callable[[], Tokenizer]] = {
     "cl100k_base": _cl100k,
     "o200k_base": _o200k,
+    "o200k_harmony": _o200k_harmony,
     "qwen2.5": _qwen25,
 }
 
@@ -52,7 +59,8 @@ def list_tokenizers() -> list[str]:
 
 @functools.lru_cache(maxsize=16)
 def load_tokenizer(name_or_path: str) -> Tokenizer:
-    """A tokenizer by name (``cl100k_base``, ``o200k_base``, ``qwen2.5``) or by path.
+    """A tokenizer by name (``cl100k_base``, ``o200k_base``, ``o200k_harmony``, ``qwen2.5``)
+    or by path.
 
     Paths: ``tokenizer.model`` (SentencePiece, ChatGLM3 layout), ``tokenizer.json`` (Hugging
     Face), ``*.tiktoken`` (rank file), ``*.gguf`` (the model's own vocabulary, via llama.cpp),
