@@ -89,3 +89,11 @@ def check_tool_calls_only_on_assistant(conv: Conversation) -> None:
                 index=i,
                 rule="tool-calls-role",
             )
+
+
+def check_common(conv: Conversation, *, strict: bool = True) -> None:
+    """The rules every dialect shares: not empty, calls only on assistant messages, tool
+    results paired with calls."""
+    check_not_empty(conv)
+    check_tool_calls_only_on_assistant(conv)
+    check_tool_pairing(conv, strict=strict)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ..decoding import decode_turn, split_controls
 from ..events import Event, FinishReason, ParseResult
-from ..messages import Conversation, Message, Tool, as_conversation, new_call_id
+from ..messages import Conversation, Message, Tool, ToolCall, as_conversation, new_call_id
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
 
@@ -208,6 +208,19 @@ class Dialect(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def single_message_result(
+    content: list[str],
+    calls: list[ToolCall],
+    finish: Literal["stop", "length"] | None,
+    warnings: list[str],
+) -> ParseResult:
+    """A turn that is one assistant message, text and calls together (as it re-renders)."""
+    text = "".join(content)
+    message = Message(role="assistant", content=text or None, tool_calls=tuple(calls) or None)
+    reason = finish_reason_for(bool(calls), finish or "stop")
+    return ParseResult(messages=[message], finish_reason=reason, warnings=list(warnings))
 
 
 def finish_reason_for(result_has_calls: bool, reason: Literal["stop", "length"]) -> FinishReason:

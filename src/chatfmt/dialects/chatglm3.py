@@ -13,15 +13,15 @@ interpreter (metadata ``interpreter``). The parser turns each segment back into 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import ValidationError
 from ..messages import INTERPRETER, Conversation, Message, ToolCall
 from ..pycall import format_tool_call, parse_tool_call
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
-from .base import Dialect
-from .glm import SegmentParser, fenced_code
+from .glm import GLMDialect, check_call_name, fenced_code
 
 #: The official system prompt for tool use (PROMPT.md), used when tools come without a system
 #: message.
@@ -52,7 +52,7 @@ def call_content(call: ToolCall) -> str:
     return f"{_FENCE}python\n{format_tool_call(args)}\n{_FENCE}"
 
 
-def _decode_call(body: str) -> dict[str, object]:
+def _decode_call(body: str) -> dict[str, Any]:
     """A call segment's body: a fenced ``tool_call(k=v, ...)``, read with ``ast`` (literals)."""
     return parse_tool_call(fenced_code(body))
 
@@ -67,7 +67,7 @@ def _interpreter_code(args: dict[str, object]) -> str:
     return code
 
 
-class ChatGLM3(Dialect):
+class ChatGLM3(GLMDialect):
     """The ChatGLM3 chat format (THUDM/chatglm3-6b)."""
 
     name = "chatglm3"
@@ -77,9 +77,10 @@ class ChatGLM3(Dialect):
     #: never generated, and as text they are ordinary words (``isopropyl`` contains ``sop``).
     text_controls = ROLE_TOKENS
     turns_render_independently = True
-
-    def __init__(self, *, id_factory: Callable[[], str] | None = None) -> None:
-        self._id_factory = id_factory
+    role_tokens = ROLE_TOKENS
+    interpreter = INTERPRETER
+    strip_dummy_prefix = True
+    decode_call = staticmethod(_decode_call)
 
     # ==== Validation ====
 
@@ -143,24 +144,6 @@ class ChatGLM3(Dialect):
         return blocks
 
     # ==== Parsing ====
-
-    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> SegmentParser:
-        """A parser for the output that follows the ``<|assistant|>`` generation prompt."""
-        return SegmentParser(
-            segment_control=ASSISTANT,
-            role_tokens=ROLE_TOKENS,
-            decode_call=_decode_call,
-            strip_dummy_prefix=True,
-            id_factory=id_factory or self._id_factory,
-            stop_controls=self.stop_controls,
-        )
-
-    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
-        """A named call is forced by writing its metadata line (the tool name); which tool to
-        call cannot be left to the model once the line is written, so ``None`` forces nothing."""
-        if name is None or "\n" in name:
-            return ()
-        return (Text(name + "\n"),)
 
     def interpreter_observation(self, output: str) -> str:
         """ChatGLM3 reads interpreter results in a ```result block (PROMPT.md)."""
@@ -229,13 +212,7 @@ def _interleave(
 
 
 def _check_call(call: ToolCall, index: int) -> None:
-    if not call.name or "\n" in call.name or "\r" in call.name:
-        raise ValidationError(
-            f"tool call name {call.name!r} must be one non-empty line (it is the header "
-            "metadata); fix the tool name",
-            index=index,
-            rule="tool-call-name",
-        )
+    check_call_name(call, index)
     if call.raw is not None:
         return
     try:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import re
+from abc import abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from ..errors import ParseError
+from ..errors import ParseError, ValidationError
 from ..events import (
     Event,
     Finish,
@@ -28,7 +29,8 @@ from ..events import (
     ToolCallStart,
 )
 from ..messages import INTERPRETER, Message, ToolCall
-from .base import StreamParser, finish_reason_for
+from ..segments import Segment, Text
+from .base import Dialect, StreamParser, finish_reason_for
 
 _FENCE = "```"
 #: Turns a call segment's body into its arguments; raises :class:`ParseError` (its message or
@@ -416,3 +418,53 @@ class SegmentParser(StreamParser):
         if delta:
             events.append(TextDelta(delta))
         self._messages.append(Message(role="assistant", metadata=meta, content=seg.text.text))
+
+
+class GLMDialect(Dialect):
+    """The GLM family's shared half: the segment parser configured from class attributes, a
+    named call forced by writing its metadata line, and the one-line tool-name rule. A
+    dialect sets its tokens, :attr:`decode_call` and the rest, and writes its own layout."""
+
+    role_tokens: tuple[str, ...] = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
+    #: The metadata that marks code for the interpreter (``None``: no interpreter segments).
+    interpreter: str | None = None
+    #: Whether each content was its own SentencePiece call (a dummy-prefix space to drop).
+    strip_dummy_prefix = False
+
+    def __init__(self, *, id_factory: Callable[[], str] | None = None) -> None:
+        self._id_factory = id_factory
+
+    @staticmethod
+    @abstractmethod
+    def decode_call(body: str) -> dict[str, Any]:
+        """A call segment's body as arguments; raises :class:`ParseError` if it is none."""
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> SegmentParser:
+        """A parser for the output that follows the ``<|assistant|>`` generation prompt."""
+        return SegmentParser(
+            segment_control="<|assistant|>",
+            role_tokens=self.role_tokens,
+            decode_call=self.decode_call,
+            interpreter=self.interpreter,
+            strip_dummy_prefix=self.strip_dummy_prefix,
+            id_factory=id_factory or self._id_factory,
+            stop_controls=self.stop_controls,
+        )
+
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """A named call is forced by writing its metadata line (the tool name); which tool to
+        call cannot be left to the model once the line is written, so ``None`` forces nothing."""
+        if name is None or "\n" in name:
+            return ()
+        return (Text(name + "\n"),)
+
+
+def check_call_name(call: ToolCall, index: int) -> None:
+    """A call's name is the header metadata: one non-empty line."""
+    if not call.name or "\n" in call.name or "\r" in call.name:
+        raise ValidationError(
+            f"tool call name {call.name!r} must be one non-empty line (it is the header "
+            "metadata); fix the tool name",
+            index=index,
+            rule="tool-call-name",
+        )

@@ -13,15 +13,13 @@ GLM-4 tokenizer is available offline, so ids are not checked against a reference
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import ParseError, ValidationError
 from ..messages import Conversation, Message, ToolCall
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
-from .base import Dialect
-from .glm import SegmentParser
+from .glm import GLMDialect, check_call_name
 
 SYSTEM, USER, ASSISTANT, OBSERVATION = "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"
 ENDOFTEXT = "<|endoftext|>"
@@ -56,7 +54,7 @@ def _call_text(call: ToolCall) -> str:
     return call.raw if call.raw is not None else call.arguments
 
 
-class GLM4(Dialect):
+class GLM4(GLMDialect):
     """The GLM-4 chat format (THUDM/glm-4-9b-chat)."""
 
     name = "glm4"
@@ -65,9 +63,7 @@ class GLM4(Dialect):
     #: ``[gMASK]`` and ``<sop>`` are never generated; as text they stay text.
     text_controls = (*ROLE_TOKENS, ENDOFTEXT)
     turns_render_independently = True
-
-    def __init__(self, *, id_factory: Callable[[], str] | None = None) -> None:
-        self._id_factory = id_factory
+    decode_call = staticmethod(_json_call)
 
     # ==== Validation ====
 
@@ -77,13 +73,7 @@ class GLM4(Dialect):
         check_tool_calls_only_on_assistant(conversation)
         for i, m in enumerate(conversation.messages):
             for call in m.tool_calls or ():
-                if not call.name or "\n" in call.name or "\r" in call.name:
-                    raise ValidationError(
-                        f"tool call name {call.name!r} must be one non-empty line (it is the "
-                        "header metadata); fix the tool name",
-                        index=i,
-                        rule="tool-call-name",
-                    )
+                check_call_name(call, i)
             if strict and not m.content and not m.tool_calls:
                 raise ValidationError(
                     f"a {m.role} message with empty content is dropped by the GLM-4 template "
@@ -117,25 +107,6 @@ class GLM4(Dialect):
         if add_generation_prompt:
             blocks.append(Block((Control(ASSISTANT),)))
         return blocks
-
-    # ==== Parsing ====
-
-    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> SegmentParser:
-        """A parser for the output that follows the ``<|assistant|>`` generation prompt."""
-        return SegmentParser(
-            segment_control=ASSISTANT,
-            role_tokens=ROLE_TOKENS,
-            decode_call=_json_call,
-            interpreter=None,
-            id_factory=id_factory or self._id_factory,
-            stop_controls=self.stop_controls,
-        )
-
-    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
-        """A named call is forced by writing its metadata line (the tool name)."""
-        if name is None or "\n" in name:
-            return ()
-        return (Text(name + "\n"),)
 
 
 def _message_segments(m: Message) -> tuple[Segment, ...]:

@@ -17,7 +17,7 @@ from typing import Literal, NoReturn
 from ..errors import ValidationError
 from ..messages import Conversation, Message
 from ..segments import Block, Control, Segment, Text
-from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
+from ..validation import check_common
 from .base import Dialect
 from .harmony_parser import (
     CALL,
@@ -75,9 +75,7 @@ class Harmony(Dialect):
         self.model_identity = model_identity
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_not_empty(conversation)
-        check_tool_calls_only_on_assistant(conversation)
-        check_tool_pairing(conversation, strict=strict)
+        check_common(conversation, strict=strict)
         for i, name in enumerate(_result_names(conversation.messages)):
             if name == "":
                 _fail(

@@ -24,9 +24,9 @@ from ..events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from ..jsonscan import WS, CallScanner
-from ..messages import Message, ToolCall
-from .base import StreamParser, finish_reason_for
+from ..jsonscan import WS, CallScanner, empty_arguments
+from ..messages import ToolCall
+from .base import StreamParser, finish_reason_for, single_message_result
 
 _NON_WS = re.compile(r"[^ \t\r\n]")
 _FENCE_INFO = ("", "json")
@@ -129,12 +129,7 @@ class HermesParser(StreamParser):
         return out
 
     def result(self) -> ParseResult:
-        content = "".join(self._content)
-        calls = tuple(self._calls)
-        # One ChatML turn is one assistant message: text and calls together, as it re-renders.
-        messages = [Message(role="assistant", content=content or None, tool_calls=calls or None)]
-        reason = finish_reason_for(bool(calls), self._finish or "stop")
-        return ParseResult(messages=messages, finish_reason=reason, warnings=list(self._warnings))
+        return single_message_result(self._content, self._calls, self._finish, self._warnings)
 
     # ==== Output ====
 
@@ -409,12 +404,8 @@ class HermesParser(StreamParser):
         assert call is not None and scan is not None
         self._flush_args()
         if not call.arguments:
-            if scan.args_state == "invalid":
-                self._warnings.append(
-                    f"tool call {call.index}: {scan.args_error}; used empty arguments"
-                )
-            call.arguments.append("{}")
-            self._events.append(ToolCallDelta(call.index, "{}"))
+            call.arguments.append(empty_arguments(scan, call.index, self._warnings))
+            self._events.append(ToolCallDelta(call.index, call.arguments[0]))
         call.ended = True
         self._events.append(ToolCallEnd(call.index))
 

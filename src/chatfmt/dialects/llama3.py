@@ -24,7 +24,7 @@ from ..jsonscan import WS
 from ..messages import Conversation, Message, ToolCall
 from ..pycall import parse_tool_call
 from ..segments import Block, Control, Segment, Text
-from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
+from ..validation import check_common
 from .base import Dialect, finish_reason_for
 from .hermes import HermesParser
 
@@ -88,9 +88,7 @@ class Llama3(Dialect):
     # ==== Validation ====
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_not_empty(conversation)
-        check_tool_calls_only_on_assistant(conversation)
-        check_tool_pairing(conversation, strict=strict)
+        check_common(conversation, strict=strict)
         for i, m in enumerate(conversation.messages):
             calls = m.tool_calls or ()
             for call in calls:

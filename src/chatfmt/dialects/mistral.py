@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from ..errors import ValidationError
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
-from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
+from ..validation import check_common
 from .base import Dialect
 from .mistral_parser import ToolCallsParser
 
@@ -98,9 +98,7 @@ class MistralV3(Dialect):
     # ==== Validation ====
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_not_empty(conversation)
-        check_tool_calls_only_on_assistant(conversation)
-        check_tool_pairing(conversation, strict=strict)
+        check_common(conversation, strict=strict)
         if not strict:
             return
         for tool in conversation.tools:

@@ -20,9 +20,9 @@ from ..events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from ..jsonscan import WS, CallScanner
-from ..messages import Message, ToolCall
-from .base import StreamParser, finish_reason_for
+from ..jsonscan import WS, CallScanner, empty_arguments
+from ..messages import ToolCall
+from .base import StreamParser, finish_reason_for, single_message_result
 
 # Modes: text; after the control; before an element; in an object; after an object; after the
 # list (whitespace dropped); after a broken call (ignored).
@@ -142,12 +142,8 @@ class ToolCallsParser(StreamParser):
         assert call is not None and scan is not None
         self._flush_args()
         if not self._args:
-            if scan.args_state == "invalid":
-                self._warnings.append(
-                    f"tool call {call[0]}: {scan.args_error}; used empty arguments"
-                )
-            self._args.append("{}")
-            self._events.append(ToolCallDelta(call[0], "{}"))
+            self._args.append(empty_arguments(scan, call[0], self._warnings))
+            self._events.append(ToolCallDelta(call[0], self._args[0]))
         self._events.append(ToolCallEnd(call[0]))
         self._calls.append(ToolCall(id=call[1], name=call[2], arguments="".join(self._args)))
         self._call, self._scan, self._args, self._raw = None, None, [], []
@@ -191,8 +187,4 @@ class ToolCallsParser(StreamParser):
         return out
 
     def result(self) -> ParseResult:
-        content = "".join(self._content)
-        calls = tuple(self._calls)
-        messages = [Message(role="assistant", content=content or None, tool_calls=calls or None)]
-        reason = finish_reason_for(bool(calls), self._finish or "stop")
-        return ParseResult(messages=messages, finish_reason=reason, warnings=list(self._warnings))
+        return single_message_result(self._content, self._calls, self._finish, self._warnings)
