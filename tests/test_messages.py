@@ -165,3 +165,21 @@ def test_escaped_lone_surrogates_in_arguments_render() -> None:
     tok = chatfmt.load_tokenizer("qwen2.5")
     prompt = chatfmt.get_dialect("qwen2.5").render(conv, tok)
     assert '"arguments": {"a": "\\ud800"}' in prompt.text
+
+
+def test_ids_and_names_must_be_unicode_and_arguments_finite() -> None:
+    from chatfmt import ToolCall
+
+    with pytest.raises(ValidationError, match="tool_call_id contains a lone surrogate"):
+        Message(role="tool", content="r", tool_call_id="x\ud800")
+    with pytest.raises(ValidationError, match="tool call name contains a lone surrogate"):
+        ToolCall(name="f\udc00")
+    with pytest.raises(ValidationError, match="NaN is not a JSON number"):
+        ToolCall(name="f", arguments='{"a": NaN}')
+
+
+def test_a_call_name_that_is_not_unicode_is_text() -> None:
+    from chatfmt import get_dialect
+
+    out = '{"name": "f\\ud800", "arguments": {}}'
+    assert get_dialect("qwen2.5").parse(out).content == out

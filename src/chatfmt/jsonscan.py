@@ -15,6 +15,7 @@ import re
 from typing import Literal
 
 WS = " \t\r\n"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _STR_RUN = re.compile(r'[^"\\\x00-\x1f]+')
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\Z")
 _NUM_CHARS = frozenset("0123456789+-.eE")
@@ -290,10 +291,10 @@ class CallScanner:
             kind = self._capture_kind
             self._capture = None
             if kind == "name":
-                if value and self.name is None:
+                if value and self.name is None and not _LONE_SURROGATE.search(value):
                     self.name = value
-                elif not value:
-                    self.name_invalid = True
+                elif not value or _LONE_SURROGATE.search(value):
+                    self.name_invalid = True  # (a "\ud800" escape is no name: not Unicode)
             elif kind == "args":
                 self._decode_string_args(value)
         self._end_value()

@@ -83,7 +83,7 @@ class ToolCall(_Model):
     @classmethod
     def _arguments_are_object(cls, value: str) -> str:
         try:
-            decoded = json.loads(value)
+            decoded = json.loads(value, parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"tool call arguments must be a JSON object, got invalid JSON ({exc.msg})"
@@ -98,10 +98,20 @@ class ToolCall(_Model):
         # re-serialise keep such code points escaped.
         return value
 
+    @model_validator(mode="after")
+    def _valid_text(self) -> ToolCall:
+        _check_unicode(self.id, "tool call id")
+        _check_unicode(self.name, "tool call name")
+        return self
+
     def arguments_dict(self) -> dict[str, Any]:
         """The arguments decoded into a dict."""
         decoded: dict[str, Any] = json.loads(self.arguments)
         return decoded
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (JSON numbers are finite)")
 
 
 def _check_unicode(text: str, what: str) -> None:
@@ -170,8 +180,13 @@ class Message(_Model):
             if "\n" in self.metadata or "\r" in self.metadata:
                 raise ValueError("metadata must be a single line (it is the header line of a turn)")
             _check_unicode(self.metadata, "metadata")
-        if self.content:
-            _check_unicode(self.content, "content")
+        for what, text in (
+            ("content", self.content),
+            ("tool_call_id", self.tool_call_id),
+            ("name", self.name),
+        ):
+            if text:
+                _check_unicode(text, what)
         return self
 
     @property

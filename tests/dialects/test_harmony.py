@@ -462,3 +462,14 @@ def test_validation_rules() -> None:
     loose = Conversation.model_validate({"messages": [user, {"role": "tool", "content": "r"}]})
     with pytest.raises(ValidationError, match="tool_call_id"):
         DIALECT.validate(loose, strict=False)
+
+
+def test_a_schema_too_deep_to_describe_is_a_validation_error() -> None:
+    from chatfmt import ValidationError, get_dialect
+
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(400):
+        schema = {"type": "object", "properties": {"a": schema}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    with pytest.raises(ValidationError, match="nested too deeply"):
+        get_dialect("harmony").render_text([{"role": "user", "content": "hi"}], tools=tools)

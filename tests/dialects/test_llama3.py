@@ -431,3 +431,17 @@ def test_forced_call_prefix_parses_as_a_call() -> None:
 def test_registered() -> None:
     assert isinstance(get_dialect("llama3"), Llama3)
     assert get_dialect("llama3").stop_controls == ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
+
+
+@pytest.mark.parametrize(
+    "body",
+    ['brave_search.call(q="x")', "brave_search.call(query=1)", "photogen.call()",
+     'brave_search.call(query="x", n=2)', "brave_search.call(query='say \"hi\"')"],
+)  # fmt: skip
+def test_built_in_calls_history_could_not_render_are_text(body: str) -> None:
+    llama = get_dialect("llama3")
+    result = llama.parse(f"<|python_tag|>{body}<|eom_id|>")
+    assert result.tool_calls == [] and result.content == f"<|python_tag|>{body}"
+    assert "kept as text" in result.warnings[-1]
+    history = [{"role": "user", "content": "q"}, result.message.to_openai()]
+    llama.render_text(history)  # what the parser returns always renders again

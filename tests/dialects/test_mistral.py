@@ -133,7 +133,9 @@ TRAPS = [
 TEXT = st.one_of(st.sampled_from(TRAPS), st.text(max_size=40))
 NAME = st.from_regex(r"[a-zA-Z0-9_-]{1,12}", fullmatch=True)
 CALL_ID = st.text(string.ascii_letters + string.digits, min_size=9, max_size=9)
-VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), TEXT)
+VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), TEXT
+)
 ARGS = st.dictionaries(st.text(max_size=6), VALUE, max_size=3)
 
 
@@ -396,3 +398,14 @@ def test_forced_call_prefix_renders_and_parses_as_the_call(
         "tool_calls",
     )
     assert dialect.forced_call_prefix(None) == (prefix[0],)
+
+
+def test_a_result_too_deep_to_write_back_as_json_is_sent_as_text() -> None:
+    nested = "[" * 995 + "]" * 995
+    conv = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [_call()]},
+        {"role": "tool", "content": nested, "tool_call_id": "abcdefghi"},
+    ]
+    text = get_dialect("mistral-v3").render_text(conv)
+    assert json.dumps({"content": nested, "call_id": "abcdefghi"}) in text

@@ -75,3 +75,12 @@ def test_load_tokenizer_accepts_gguf(default_model_path: Path) -> None:
     tok = load_tokenizer(str(default_model_path))
     assert isinstance(tok, GGUFTokenizer)
     assert tok.metadata("tokenizer.ggml.pre") == "qwen2"
+
+
+def test_which_user_defined_tokens_are_text() -> None:
+    from chatfmt.tokenizers.gguf import _is_text_token
+
+    for text in ("\n\n", "  ", "<h1>", "</td>", "<s>"):
+        assert _is_text_token(text)
+    for control in ("<tool_call>", "</tool_call>", "<think>", "</think>", "<sop>", "<bbox>"):
+        assert not _is_text_token(control)

@@ -76,6 +76,14 @@ class Harmony(Dialect):
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
         check_common(conversation, strict=strict)
+        try:
+            tools_section(conversation.tools)
+        except RecursionError:
+            raise ValidationError(
+                "a tool's parameter schema is nested too deeply to describe to the model; "
+                "flatten it",
+                rule="tool-schema",
+            ) from None
         for i, name in enumerate(_result_names(conversation.messages)):
             if name == "":
                 _fail(

@@ -69,6 +69,20 @@ def _call_text(call: ToolCall) -> str:
     return json.dumps({"type": "function", "name": call.name, "parameters": args})
 
 
+def builtin_problem(name: str, args: dict[str, Any], ncalls: int, *, strict: bool) -> str | None:
+    """Why a built-in tool call cannot be written as Llama 3 writes it (``None``: it can)."""
+    key = "query" if name in QUERY_TOOLS else "code"
+    if not isinstance(args.get(key), str):
+        return f"needs arguments {{{key!r}: <string>}}"
+    if strict and len(args) > 1:
+        return f"takes only {key!r}; the reference drops other arguments"
+    if strict and key == "query" and '"' in args[key]:
+        return 'writes the query between quotes unescaped; remove the " characters'
+    if strict and ncalls > 1:
+        return "must be the only call of its turn, as Llama 3 makes one built-in call"
+    return None
+
+
 def _header(role: str) -> tuple[Segment, ...]:
     return (Control(START_HEADER), Text(role), Control(END_HEADER), Text("\n\n"))
 
@@ -101,7 +115,6 @@ class Llama3(Dialect):
                 )
 
     def _check_call(self, index: int, call: ToolCall, ncalls: int, *, strict: bool) -> None:
-        key = "query" if call.name in QUERY_TOOLS else "code"
         if call.name not in QUERY_TOOLS and call.name != CODE_INTERPRETER:
             if strict and not call.name:
                 raise ValidationError(
@@ -110,16 +123,7 @@ class Llama3(Dialect):
                     rule="tool-call-name",
                 )
             return
-        args = call.arguments_dict()
-        problem = None
-        if not isinstance(args.get(key), str):
-            problem = f"needs arguments {{{key!r}: <string>}}"
-        elif strict and len(args) > 1:
-            problem = f"takes only {key!r}; the reference drops other arguments"
-        elif strict and key == "query" and '"' in args[key]:
-            problem = 'writes the query between quotes unescaped; remove the " characters'
-        elif strict and ncalls > 1:
-            problem = "must be the only call of its turn, as Llama 3 makes one built-in call"
+        problem = builtin_problem(call.name, call.arguments_dict(), ncalls, strict=strict)
         if problem is not None:
             raise ValidationError(
                 f"built-in tool {call.name!r} {problem}", index=index, rule="builtin-tool-call"
@@ -233,6 +237,10 @@ class Llama3Parser(HermesParser):
                 )
             except PyCallError:
                 pass  # not a call after all: code, as the reference reads it
+        problem = builtin_problem(name, args, self._ncalls + 1, strict=True)
+        if problem is not None:  # a call history could not render: what the model wrote is text
+            self._warnings.append(f"built-in call {name!r} kept as text: it {problem}")
+            return super().on_text(PYTHON_TAG + body) + super().on_finish(reason)
         call = ToolCall(id=self._new_id(), name=name, arguments=args, raw=PYTHON_TAG + body)
         self._calls.append(call)
         self._ncalls += 1

@@ -209,8 +209,12 @@ class MistralV3(Dialect):
     def _render_result(self, b: BlockBuilder, m: Message) -> None:
         # The result is JSON when it parses as JSON, else a string; empty means {}.
         content = _loads_or_text(m.content) if m.content else {}
+        try:
+            text = _dumps({"content": content, "call_id": m.tool_call_id})
+        except RecursionError:  # JSON one level too deep to write back: send it as text
+            text = _dumps({"content": m.content, "call_id": m.tool_call_id})
         b.control(RESULTS)
-        b.text(_dumps({"content": content, "call_id": m.tool_call_id}))
+        b.text(text)
         b.control(RESULTS_END)
 
     # ==== Parsing ====

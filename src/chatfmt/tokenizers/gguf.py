@@ -49,11 +49,27 @@ def _llama_cpp() -> Any:
     return llama_cpp
 
 
-# User-defined tokens that are ordinary text, not chat markup: runs of whitespace and plain HTML
-# tags (Gemma's vocabulary has both). Both llama.cpp and the Hugging Face tokenizer match them
-# in text, so they must stay text tokens; other user-defined tokens (Qwen's <tool_call>) are
-# control tokens that text must never produce.
-_TEXT_TOKEN = re.compile(r"\s+|</?[a-z]+[0-9]?>")
+# User-defined tokens that are ordinary text, not chat markup: runs of whitespace and HTML
+# element tags (Gemma's vocabulary has both). Both llama.cpp and the Hugging Face tokenizer
+# match them in text, so they must stay text tokens. Every other user-defined token (Qwen's
+# <tool_call>, a reasoning model's <think>) is a control token that text must never produce:
+# hence a list of HTML element names, not a pattern that would also catch <think> or <sop>.
+_HTML_ELEMENTS = frozenset(
+    "a abbr address area article aside audio b bdi bdo blockquote body br button canvas caption "
+    "cite code col colgroup data dd del details dfn div dl dt em embed fieldset figcaption figure "
+    "footer form h1 h2 h3 h4 h5 h6 head header hr html i iframe img input ins kbd label legend li "
+    "main mark nav noscript ol optgroup option p picture pre q s samp section select small source "
+    "span strong sub summary sup table tbody td textarea tfoot th thead time title tr u ul var "
+    "video".split()
+)
+_TAG = re.compile(r"</?([a-z]+[0-9]?)>")
+
+
+def _is_text_token(token: str) -> bool:
+    if not token.strip():
+        return True
+    m = _TAG.fullmatch(token)
+    return m is not None and m.group(1) in _HTML_ELEMENTS
 
 
 class GGUFTokenizer(Tokenizer):
@@ -101,7 +117,7 @@ class GGUFTokenizer(Tokenizer):
             attr = int(llama_cpp.llama_vocab_get_attr(self._vocab, i))
             if attr & (_ATTR_CONTROL | _ATTR_USER_DEFINED) and not attr & _ATTR_NORMAL:
                 token = self._piece(i, special=True).decode("utf-8", "replace")
-                if attr & _ATTR_USER_DEFINED and _TEXT_TOKEN.fullmatch(token):
+                if attr & _ATTR_USER_DEFINED and _is_text_token(token):
                     continue  # ordinary text (Gemma's "\n\n", "<h1>"): matched in text
                 controls[token] = i
                 if attr & _ATTR_USER_DEFINED and len(token) > 1:
