@@ -204,8 +204,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .serve import build_engine, default_dialect
 
     tools = load_tools_file(args.tools) if args.tools else None
-    dialect = get_dialect(args.dialect) if args.dialect else default_dialect(args.model)
-    engine = build_engine(args.model, **_engine_options(args), text_controls=dialect.text_controls)
+    named = get_dialect(args.dialect) if args.dialect else None
+    controls = named.text_controls if named else None
+    engine = build_engine(args.model, **_engine_options(args), text_controls=controls)
+    dialect = named or default_dialect(args.model, engine.tokenizer)
     if args.interpreter:
         from ..interpreter import JupyterInterpreter
 

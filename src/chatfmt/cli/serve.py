@@ -16,6 +16,7 @@ from ..errors import ChatFmtError
 
 if TYPE_CHECKING:
     from ..engines.base import Engine
+    from ..tokenizers.base import Tokenizer
 
 EngineKind = Literal["local", "remote"]
 
@@ -74,17 +75,15 @@ def trusted_hosts(host: str) -> list[str] | None:
 _ARCHITECTURE_DIALECTS = {"gemma3": "gemma3", "qwen2": "qwen2.5"}
 
 
-def default_dialect(model: str) -> Dialect:
-    """qwen2.5 for the embedded default model; for a GGUF, the dialect its architecture
-    implies where that is unambiguous (Gemma 3, Qwen2); plain ChatML otherwise."""
+def default_dialect(model: str, tokenizer: Tokenizer | None = None) -> Dialect:
+    """qwen2.5 for the embedded default model; for a GGUF (its vocabulary already loaded as
+    ``tokenizer``), the dialect its architecture implies where that is unambiguous (Gemma 3,
+    Qwen2); plain ChatML otherwise."""
     if model == "default":
         return get_dialect("qwen2.5")
-    if model.endswith(".gguf") and Path(model).is_file():
-        from ..tokenizers.gguf import GGUFTokenizer
-
-        architecture = GGUFTokenizer(model).metadata("general.architecture") or ""
-        return get_dialect(_ARCHITECTURE_DIALECTS.get(architecture, "chatml"))
-    return get_dialect("chatml")
+    metadata = getattr(tokenizer, "metadata", None)
+    architecture = metadata("general.architecture") if callable(metadata) else None
+    return get_dialect(_ARCHITECTURE_DIALECTS.get(architecture or "", "chatml"))
 
 
 def model_name(model: str) -> str:
@@ -122,7 +121,8 @@ def run_server(
     from ..server import create_app
 
     stream = out or sys.stdout
-    chosen = get_dialect(dialect) if dialect else default_dialect(model)
+    # A named dialect is checked before the model loads; else the model's vocabulary tells.
+    named = get_dialect(dialect) if dialect else None
     eng = build_engine(
         model,
         engine=engine,
@@ -131,8 +131,9 @@ def run_server(
         engine_api_key=engine_api_key,
         n_ctx=n_ctx,
         n_threads=n_threads,
-        text_controls=chosen.text_controls,
+        text_controls=named.text_controls if named else None,
     )
+    chosen = named or default_dialect(model, eng.tokenizer)
     name = model_name(model)
 
     async def main() -> None:
