@@ -21,7 +21,17 @@ from ..messages import INTERPRETER, Conversation, Message, ToolCall
 from ..pycall import format_tool_call, parse_tool_call
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
-from .glm import GLMDialect, check_call_name, fenced_code
+from .glm import (
+    ASSISTANT,
+    OBSERVATION,
+    ROLE_CONTROL,
+    ROLE_TOKENS,
+    SYSTEM,
+    USER,
+    GLMDialect,
+    check_call_name,
+    fenced_code,
+)
 
 #: The official system prompt for tool use (PROMPT.md), used when tools come without a system
 #: message.
@@ -29,15 +39,6 @@ TOOL_PROMPT = (
     "Answer the following questions as best as you can. You have access to the following tools:"
 )
 
-SYSTEM, USER, ASSISTANT, OBSERVATION = "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"
-ROLE_TOKENS = (SYSTEM, USER, ASSISTANT, OBSERVATION)
-_ROLE_CONTROL = {
-    "system": SYSTEM,
-    "user": USER,
-    "assistant": ASSISTANT,
-    "observation": OBSERVATION,
-    "tool": OBSERVATION,
-}
 _PREFIX = (Control("[gMASK]"), Control("sop"))
 _FENCE = "```"
 
@@ -77,7 +78,6 @@ class ChatGLM3(GLMDialect):
     #: never generated, and as text they are ordinary words (``isopropyl`` contains ``sop``).
     text_controls = ROLE_TOKENS
     turns_render_independently = True
-    role_tokens = ROLE_TOKENS
     interpreter = INTERPRETER
     strip_dummy_prefix = True
     decode_call = staticmethod(_decode_call)
@@ -160,7 +160,7 @@ def _turn(role: str, metadata: str, content: str) -> tuple[Segment, ...]:
 
 
 def _message_segments(m: Message, tools_json: str | None) -> tuple[Segment, ...]:
-    role = _ROLE_CONTROL[m.role]
+    role = ROLE_CONTROL[m.role]
     if m.role != "assistant" or not m.tool_calls:
         content = m.text if tools_json is None else f"{m.text}\n{tools_json}"
         return _turn(role, m.metadata or "", content)

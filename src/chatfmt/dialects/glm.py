@@ -32,6 +32,16 @@ from ..messages import INTERPRETER, Message, ToolCall
 from ..segments import Segment, Text
 from .base import Dialect, StreamParser, finish_reason_for
 
+#: The GLM family's role tokens, and the one each chatfmt role is written with.
+SYSTEM, USER, ASSISTANT, OBSERVATION = "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"
+ROLE_TOKENS = (SYSTEM, USER, ASSISTANT, OBSERVATION)
+ROLE_CONTROL = {
+    "system": SYSTEM,
+    "user": USER,
+    "assistant": ASSISTANT,
+    "tool": OBSERVATION,
+    "observation": OBSERVATION,
+}
 _FENCE = "```"
 #: Turns a call segment's body into its arguments; raises :class:`ParseError` (its message or
 #: ``reason`` says why) when the body is not a call.
@@ -425,7 +435,7 @@ class GLMDialect(Dialect):
     named call forced by writing its metadata line, and the one-line tool-name rule. A
     dialect sets its tokens, :attr:`decode_call` and the rest, and writes its own layout."""
 
-    role_tokens: tuple[str, ...] = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
+    role_tokens: tuple[str, ...] = ROLE_TOKENS
     #: The metadata that marks code for the interpreter (``None``: no interpreter segments).
     interpreter: str | None = None
     #: Whether each content was its own SentencePiece call (a dummy-prefix space to drop).
@@ -442,7 +452,7 @@ class GLMDialect(Dialect):
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> SegmentParser:
         """A parser for the output that follows the ``<|assistant|>`` generation prompt."""
         return SegmentParser(
-            segment_control="<|assistant|>",
+            segment_control=ASSISTANT,
             role_tokens=self.role_tokens,
             decode_call=self.decode_call,
             interpreter=self.interpreter,

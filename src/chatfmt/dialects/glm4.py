@@ -19,18 +19,18 @@ from ..errors import ParseError, ValidationError
 from ..messages import Conversation, Message, ToolCall
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
-from .glm import GLMDialect, check_call_name
+from .glm import (
+    ASSISTANT,
+    OBSERVATION,
+    ROLE_CONTROL,
+    ROLE_TOKENS,
+    SYSTEM,
+    USER,
+    GLMDialect,
+    check_call_name,
+)
 
-SYSTEM, USER, ASSISTANT, OBSERVATION = "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"
 ENDOFTEXT = "<|endoftext|>"
-ROLE_TOKENS = (SYSTEM, USER, ASSISTANT, OBSERVATION)
-_ROLE_CONTROL = {
-    "system": SYSTEM,
-    "user": USER,
-    "assistant": ASSISTANT,
-    "tool": OBSERVATION,
-    "observation": OBSERVATION,
-}
 #: The assistant identity that opens the tools turn (the published template's wording).
 TOOLS_IDENTITY = (
     "你是一个名为 ChatGLM 的人工智能助手。你是基于智谱AI训练的语言模型 GLM-4 模型开发的，"
@@ -111,7 +111,7 @@ class GLM4(GLMDialect):
 
 def _message_segments(m: Message) -> tuple[Segment, ...]:
     """``<|role|>{metadata}\\n{content}`` per part; the template skips empty contents."""
-    role = _ROLE_CONTROL[m.role]
+    role = ROLE_CONTROL[m.role]
     parts: list[tuple[str, str]] = []
     if m.role == "assistant" and m.tool_calls:
         if m.content:
