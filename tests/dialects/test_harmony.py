@@ -22,6 +22,7 @@ import pytest
 from goldens import check_json, check_text, read_text, render_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from streams import run_turn
 
 pytest.importorskip("openai_harmony", reason="openai-harmony (the reference) is not installed")
 
@@ -30,7 +31,6 @@ import openai_harmony as oh  # type: ignore[import-untyped,unused-ignore]
 from chatfmt.decoding import ControlSplitter, TurnDecoder
 from chatfmt.dialects.harmony import Harmony
 from chatfmt.errors import ValidationError
-from chatfmt.events import Event, ParseResult, ToolCallStart, merge_deltas
 from chatfmt.messages import Conversation, load_conversation
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Piece, Tokenizer
@@ -328,22 +328,8 @@ def outputs() -> st.SearchStrategy[list[Piece]]:
     )
 
 
-def outcome(events: list[Event], result: ParseResult) -> Any:
-    evs = [
-        ToolCallStart(e.index, "", e.name) if isinstance(e, ToolCallStart) else e
-        for e in merge_deltas(events)
-    ]
-    msgs = [m.to_openai() for m in result.messages]
-    for m in msgs:
-        for c in m.get("tool_calls") or ():
-            c["id"] = ""
-    return evs, msgs, result.finish_reason, result.warnings
-
-
 def run(tokenizer: Tokenizer | None, feed: list[Any]) -> Any:
-    turn = TurnDecoder(DIALECT, tokenizer)
-    events = [e for x in feed for e in (turn.feed_ids([x]) if tokenizer else turn.feed_text(x))]
-    return outcome(events + turn.finish(), turn.result())
+    return run_turn(DIALECT, tokenizer, feed)
 
 
 @given(pieces=outputs(), cuts=st.lists(st.integers(0, 10_000), max_size=10))

@@ -13,6 +13,7 @@ import pytest
 from goldens import check_json, check_jsonl, check_text, parse_cases, read_text, render_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from streams import run_turn
 
 pytest.importorskip(
     "llama_models", reason="llama-models (the Llama 3 reference encoder) is not installed"
@@ -27,7 +28,7 @@ from chatfmt import get_dialect
 from chatfmt.decoding import ControlSplitter, TurnDecoder
 from chatfmt.dialects.llama3 import Llama3
 from chatfmt.errors import TokenizerError, ValidationError
-from chatfmt.events import Event, ParseResult, ToolCallStart, event_json, merge_deltas
+from chatfmt.events import Event, ParseResult, event_json, merge_deltas
 from chatfmt.messages import Conversation, load_conversation
 from chatfmt.segments import Control, Text
 from chatfmt.tokenizers.base import Piece, Tokenizer
@@ -313,22 +314,8 @@ def as_text(pieces: list[Piece]) -> str:
     return "".join(p.token if isinstance(p, Control) else p for p in pieces)
 
 
-def outcome(events: list[Event], result: ParseResult) -> Any:
-    evs = [
-        ToolCallStart(e.index, "", e.name) if isinstance(e, ToolCallStart) else e
-        for e in merge_deltas(events)
-    ]
-    msgs = [m.to_openai() for m in result.messages]
-    for m in msgs:
-        for c in m.get("tool_calls") or ():
-            c["id"] = ""
-    return evs, msgs, result.finish_reason, result.warnings
-
-
 def run(tokenizer: Tokenizer | None, feed: list[Any]) -> Any:
-    turn = TurnDecoder(get_dialect("llama3"), tokenizer)
-    events = [e for x in feed for e in (turn.feed_ids([x]) if tokenizer else turn.feed_text(x))]
-    return outcome(events + turn.finish(), turn.result())
+    return run_turn(get_dialect("llama3"), tokenizer, feed)
 
 
 @given(pieces=outputs(), cuts=st.lists(st.integers(0, 10_000), max_size=10))

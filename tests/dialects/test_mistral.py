@@ -13,6 +13,7 @@ import pytest
 from goldens import check_json, check_jsonl, check_text, parse_cases, read_text, render_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from streams import outcome
 
 from chatfmt import get_dialect
 from chatfmt.decoding import TurnDecoder
@@ -327,14 +328,6 @@ def test_malformed_call_json_degrades_to_text_with_a_warning() -> None:
     assert "malformed tool call JSON" in result.warnings[0]
 
 
-def _outcome(events: list[Event], result: ParseResult) -> Any:
-    msg = result.to_openai()
-    for c in msg.get("tool_calls") or ():
-        c["id"] = ""
-    evs = [json.dumps({**event_json(e), "id": ""}) for e in merge_deltas(events)]
-    return evs, msg
-
-
 OUTPUTS = [read_text(c / "output.txt") for c in PARSE] + [
     'Sure.[TOOL_CALLS][{"name": "a", "arguments": {"s": "é 🙂 [INST] 你好"}}, {"name": "b", '
     '"arguments": {"n": [1, 2.5, null, true]}}]</s>',
@@ -354,11 +347,11 @@ def test_stream_equals_whole_for_text_chunks_and_ids(
     dialect = get_dialect("mistral-v3")
     whole = TurnDecoder(dialect)
     events = whole.feed_text(output) + whole.finish()
-    expected = _outcome(events, whole.result())
+    expected = outcome(events, whole.result())
     parts = [output[a:b] for a, b in itertools.pairwise([0, *cuts, len(output)]) if b > a]
     streamed = TurnDecoder(dialect)
     events = [e for p in parts for e in streamed.feed_text(p)] + streamed.finish()
-    assert _outcome(events, streamed.result()) == expected
+    assert outcome(events, streamed.result()) == expected
     ours, _ = tokenizers[vocab]
     ids: list[int] = []
     for piece in split_controls(output, dialect.text_controls):
@@ -369,7 +362,7 @@ def test_stream_equals_whole_for_text_chunks_and_ids(
         )
     by_id = TurnDecoder(dialect, ours)
     events = [e for i in ids for e in by_id.feed_ids([i])] + by_id.finish()
-    assert _outcome(events, by_id.result()) == expected
+    assert outcome(events, by_id.result()) == expected
 
 
 def test_forced_call_prefix_renders_and_parses_as_the_call(
