@@ -201,11 +201,14 @@ class TurnDecoder:
         self._stops = StopStrings(stop_strings)
         self._open: dict[int, str] = {}  # parser call index → id, for calls not yet ended
         self._cut: dict[int, str] = {}  # calls a stop string cut off
-        #: Set once the turn has ended.
-        self.done = False
-        #: What ended it: a stop ``control`` (id or text), a stop ``string``, ``length``, or
-        #: the ``end`` of the output.
+        #: What ended the turn (``None`` while it runs): a stop ``control`` (id or text), a
+        #: stop ``string``, ``length``, or the ``end`` of the output.
         self.stopped_by: StopKind | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the turn has ended."""
+        return self.stopped_by is not None
 
     # ==== Input ====
 
@@ -351,7 +354,6 @@ class TurnDecoder:
         return events
 
     def _end(self, kind: StopKind, reason: Literal["stop", "length"]) -> list[Event]:
-        self.done = True
         self.stopped_by = kind
         return self._track(self.parser.finish(reason))
 
