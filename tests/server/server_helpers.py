@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def parse_sse(body: str) -> tuple[list[dict[str, Any]], bool]:
@@ -56,7 +60,7 @@ TIME_TOOL: dict[str, Any] = {
 class ServerThread:
     """A real uvicorn server on a free 127.0.0.1 port, in a background thread."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, startup: Callable[[], Awaitable[None]] | None = None) -> None:
         import threading
 
         import uvicorn
@@ -72,13 +76,27 @@ class ServerThread:
         self.app = app
         # uvicorn skips signal handlers outside the main thread; stop it with should_exit.
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self._startup = startup
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        # The app's engine lives on this loop: a managed engine starts its child here.
+        self.loop = asyncio.get_running_loop()
+        if self._startup is not None:
+            await self._startup()
+        await self.server.serve()
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the server's event loop and return its result."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
 
     def __enter__(self) -> ServerThread:
         import time
 
         self.thread.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("uvicorn did not start")
