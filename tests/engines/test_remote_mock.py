@@ -51,7 +51,8 @@ class Server:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":
             return httpx.Response(200, json=models(self.owner, **self.card))
-        assert request.url.path == "/v1/completions"
+        native = "/completion" if self.owner == "llamacpp" else "/v1/completions"
+        assert request.url.path == native
         body = json.loads(request.content)
         self.bodies.append(body)
         return self.completions(body)
@@ -97,19 +98,46 @@ def test_vllm_gets_ids_and_returns_ids(qwen) -> None:
     assert body["model"] == "served" and body["max_tokens"] == 10 and body["stream"] is True
 
 
-def test_llama_cpp_server_tokens(qwen) -> None:
+def native(content: str, tokens: list[int], stop_type: str | None = None) -> dict[str, Any]:
+    """A chunk of llama-server's own /completion stream, as it sends them."""
+    chunk: dict[str, Any] = {"index": 0, "content": content, "tokens": tokens}
+    chunk["stop"] = stop_type is not None
+    if stop_type is not None:
+        chunk.update(stop_type=stop_type, tokens_predicted=len(tokens), timings={})
+    return chunk
+
+
+def test_llama_cpp_server_native_endpoint_returns_ids(qwen) -> None:
+    """llama-server's OpenAI endpoint drops token ids, so its native /completion is used."""
     srv = Server(
         "llamacpp",
         lambda body: httpx.Response(
-            200, content=sse(choice("Hi", tokens=qwen.encode_text("Hi")), choice("", "length"))
+            200,
+            content=sse(
+                native("Hi", qwen.encode_text("Hi")), native("", [IM_END]), native("", [], "eos")
+            ),
         ),
     )
     eng = engine(qwen, srv, context_length=2048)
-    gen = asyncio.run(eng.generate(prompt_of(qwen), SamplingParams(max_tokens=1)))
-    assert gen.token_ids == qwen.encode_text("Hi") and gen.finish_reason == "length"
+    gen = asyncio.run(eng.generate(prompt_of(qwen), SamplingParams(max_tokens=5)))
+    assert gen.token_ids == [*qwen.encode_text("Hi"), IM_END] and gen.finish_reason == "stop"
     body = srv.bodies[0]
     assert body["return_tokens"] is True and body["top_k"] == 0 and body["repeat_penalty"] == 1.0
+    assert body["n_predict"] == 5 and body["cache_prompt"] is True and "max_tokens" not in body
     assert isinstance(body["prompt"], list)
+
+
+def test_llama_cpp_server_limit_is_length(qwen) -> None:
+    srv = Server(
+        "llamacpp",
+        lambda body: httpx.Response(200, content=sse(native("Hi", [13048], "limit"))),
+    )
+    gen = asyncio.run(
+        engine(qwen, srv, context_length=2048).generate(
+            prompt_of(qwen), SamplingParams(max_tokens=1)
+        )
+    )
+    assert gen.token_ids == [13048] and gen.finish_reason == "length"
 
 
 def test_text_only_server_gets_verified_text(qwen) -> None:

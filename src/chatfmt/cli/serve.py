@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..engines.base import Engine
     from ..tokenizers.base import Tokenizer
 
-EngineKind = Literal["local", "remote"]
+EngineKind = Literal["llama-server", "local", "remote"]
 
 
 def build_engine(
@@ -31,8 +31,13 @@ def build_engine(
     n_ctx: int | None = None,
     n_threads: int | None = None,
     text_controls: Sequence[str] | None = None,
+    parallel: int | None = None,
 ) -> Engine:
-    """The engine ``chatfmt serve`` would run (the model is loaded for ``local``).
+    """The engine ``chatfmt serve`` would run.
+
+    ``llama-server`` is llama.cpp's server as a supervised child with ``parallel`` slots
+    (started by ``connect()``); ``local`` runs the model in this process, one sequence at a
+    time (loaded here); ``remote`` is a server at ``engine_url``.
 
     For ``remote``, ``tokenizer`` names the served model's vocabulary (a name or path for
     :func:`~chatfmt.tokenizers.load_tokenizer`); by default ``qwen2.5`` for the default model,
@@ -40,6 +45,15 @@ def build_engine(
     ``text_controls`` are the dialect's (:attr:`~chatfmt.Dialect.text_controls`): where a remote
     server returns text only, control tokens are split out of it at these and no others.
     """
+    if engine == "llama-server":
+        from ..engines.llama_server import DEFAULT_PARALLEL, LlamaServerEngine
+
+        return LlamaServerEngine(
+            resolve_model(model),
+            parallel=parallel or DEFAULT_PARALLEL,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+        )
     if engine == "local":
         from ..engines.local import LocalEngine
 
@@ -58,7 +72,7 @@ def build_engine(
             context_length=n_ctx,
             text_controls=text_controls,
         )
-    raise ChatFmtError(f"unknown engine {engine!r}; use 'local' or 'remote'")
+    raise ChatFmtError(f"unknown engine {engine!r}; use 'llama-server', 'local' or 'remote'")
 
 
 def trusted_hosts(host: str) -> list[str] | None:
@@ -94,7 +108,7 @@ def model_name(model: str) -> str:
 def run_server(
     model: str = "default",
     dialect: str | None = None,
-    engine: EngineKind = "local",
+    engine: EngineKind = "llama-server",
     engine_url: str | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -104,6 +118,7 @@ def run_server(
     engine_api_key: str | None = None,
     n_ctx: int | None = None,
     n_threads: int | None = None,
+    parallel: int | None = None,
     log_level: str = "warning",
     out: TextIO | None = None,
     configure: Callable[[Any, Engine, Dialect], None] | None = None,
@@ -132,6 +147,7 @@ def run_server(
         n_ctx=n_ctx,
         n_threads=n_threads,
         text_controls=named.text_controls if named else None,
+        parallel=parallel,
     )
     chosen = named or default_dialect(model, eng.tokenizer)
     name = model_name(model)
@@ -139,7 +155,8 @@ def run_server(
     async def main() -> None:
         connect = getattr(eng, "connect", None)
         if connect is not None:
-            await connect()  # remote: detect the server kind and its context length
+            # remote: detect the server kind and its context length; llama-server: start it.
+            await connect()
         app = create_app(eng, chosen, model_name=name, api_key=api_key)
         if configure is not None:
             configure(app, eng, chosen)

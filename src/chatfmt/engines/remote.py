@@ -8,9 +8,13 @@ typed by a user into a control token). What is sent, by server kind (detected on
 - **vLLM**: ``prompt`` = the token ids; ``stop_token_ids`` = the dialect's stop ids;
   ``skip_special_tokens: false`` (control tokens come back as text); ``return_token_ids:
   true`` (each chunk carries its ``token_ids``). ``max_model_len`` gives the context length.
-- **llama.cpp server** (``llama-server``): ``prompt`` = the token ids; ``return_tokens: true``
-  (chunks carry ``tokens``); ``top_k: 0, min_p: 0, repeat_penalty: 1`` so sampling follows
-  OpenAI's parameters only. It stops on the model's end-of-generation tokens by itself.
+- **llama.cpp server** (``llama-server``): its native ``POST /completion``, because only that
+  endpoint returns each chunk's token ids (``return_tokens: true``), the end-of-generation
+  token included; ``prompt`` = the token ids, ``n_predict`` = the budget, ``cache_prompt:
+  true`` (the server then picks the slot holding the longest common prefix, so a growing
+  conversation re-uses its KV cache); ``top_k: 0, min_p: 0, repeat_penalty: 1`` so sampling
+  follows OpenAI's parameters only. It stops on the model's end-of-generation tokens by
+  itself.
 - **llama-cpp-python server**: its ``prompt`` accepts only strings, tokenized with special
   tokens on. chatfmt sends the prompt as text *only if* that text re-tokenizes to exactly the
   rendered ids (checked locally, control tokens split out as the server does); a prompt
@@ -227,9 +231,13 @@ class RemoteEngine(Engine):
             # Their defaults add top-k 40, min-p 0.05 and a repeat penalty; OpenAI has none.
             body.update(top_k=0, min_p=0.0, repeat_penalty=1.0)
             if self._flavor == "llama.cpp":
-                body["return_tokens"] = True
-                body["cache_prompt"] = True
+                del body["max_tokens"], body["model"]
+                body.update(n_predict=budget, return_tokens=True, cache_prompt=True)
         return body
+
+    def _path(self) -> str:
+        # llama-server's OpenAI endpoint drops token ids from its chunks; its own one keeps them.
+        return "/completion" if self._flavor == "llama.cpp" else "/v1/completions"
 
     def _prompt_text(self, prompt: list[int]) -> str:
         """The prompt as text with control tokens written out, if that text re-tokenizes (as a
@@ -249,7 +257,7 @@ class RemoteEngine(Engine):
     async def _open(self, body: dict[str, Any]) -> Any:
         """POST the request and return the streaming response, retrying while unreachable."""
         httpx = self._httpx
-        url = self.base_url + "/v1/completions"
+        url = self.base_url + self._path()
         last: Exception | None = None
         for attempt in range(self._retries + 1):
             if attempt:
@@ -340,6 +348,8 @@ class RemoteEngine(Engine):
             )
 
     def _chunk(self, data: dict[str, Any], splitter: ControlSplitter) -> GenerationChunk | None:
+        if "choices" not in data and "stop" in data:
+            return _native_chunk(data)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
             return None
@@ -361,6 +371,23 @@ class RemoteEngine(Engine):
         if not ids and not text and finish is None:
             return None
         return GenerationChunk(tuple(ids), text or None, finish, exact_ids=exact)
+
+
+def _native_chunk(data: dict[str, Any]) -> GenerationChunk | None:
+    """A chunk of llama-server's ``/completion`` stream: ``tokens``, ``content``, ``stop``."""
+    tokens = data.get("tokens")
+    ids = (
+        tuple(tokens)
+        if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens)
+        else ()
+    )
+    text = data.get("content") if isinstance(data.get("content"), str) else None
+    finish: Literal["stop", "length"] | None = None
+    if data.get("stop") is True:
+        finish = "length" if data.get("stop_type") == "limit" else "stop"
+    if not ids and not text and finish is None:
+        return None
+    return GenerationChunk(ids, text or None, finish)
 
 
 def _token_ids(data: dict[str, Any], choice: dict[str, Any]) -> list[int] | None:
