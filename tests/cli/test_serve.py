@@ -44,7 +44,8 @@ def test_run_server_prints_url_and_serves() -> None:
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert line.startswith("chatfmt: serving qwen2.5-coder-0.5b-instruct (qwen2.5, llama-server:")
+        served = "chatfmt: serving qwen2.5-coder-0.5b-instruct (qwen2.5, llama-server:"
+        assert line.startswith(served)
         url = line[line.index("http://") :].strip()
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
         base = url.removesuffix("/v1")

