@@ -13,6 +13,8 @@ import pytest
 from chatfmt.cli.serve import build_engine, default_dialect, model_name
 from chatfmt.errors import ChatFmtError
 
+psutil = pytest.importorskip("psutil")
+
 
 def test_helpers() -> None:
     assert default_dialect("default").name == "qwen2.5"
@@ -52,7 +54,12 @@ def test_run_server_prints_url_and_serves() -> None:
         assert httpx.get(base + "/health").json()["status"] == "ok"
         models = httpx.get(url + "/models").json()
         assert models["data"][0]["id"] == "qwen2.5-coder-0.5b-instruct"
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert any("llama-server" in c.name() for c in children), children
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl+C: graceful shutdown, normal exit
         proc.wait(20)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    # The engine's child process (and anything it started) went with the server.
+    left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not left, left

