@@ -12,6 +12,7 @@ from ..dialects.base import Dialect
 from ..engines.base import Engine
 from .errors import ApiError, validation_error
 from .http import check_api_key, error_response, install_error_handler
+from .limits import DEFAULT_LIMITS, BodyLimitMiddleware, ServerLimits
 from .openapi import publish_models
 from .routes import build_router
 from .schemas import ChatCompletionChunk, ChatCompletionRequest
@@ -21,15 +22,23 @@ log = logging.getLogger("chatfmt.server")
 
 
 def create_app(
-    engine: Engine, dialect: Dialect, *, model_name: str, api_key: str | None = None
+    engine: Engine,
+    dialect: Dialect,
+    *,
+    model_name: str,
+    api_key: str | None = None,
+    limits: ServerLimits = DEFAULT_LIMITS,
 ) -> FastAPI:
     """An OpenAI-compatible app serving ``engine`` through ``dialect``.
 
-    Everything the app needs lives on it (``app.state.service``); there are no module
-    globals, so several apps can run in one process. ``api_key`` makes every ``/v1`` route
-    and ``/tokenize`` require ``Authorization: Bearer <api_key>``.
+    Everything the app needs lives on it (``app.state.service``, ``app.state.limits``); there
+    are no module globals, so several apps can run in one process. ``api_key`` makes every
+    ``/v1`` route and ``/tokenize`` require ``Authorization: Bearer <api_key>``.
+
+    ``limits`` bound what one request may send (body size, messages, tools), for routes added
+    to the app later too (the web chat).
     """
-    service = ChatService(engine, dialect, model_name=model_name)
+    service = ChatService(engine, dialect, model_name=model_name, limits=limits)
     check_api_key(api_key)
     # No /docs or /redoc: FastAPI's pages load scripts from CDNs, on the origin of the API and
     # the code interpreter. The schema itself stays at /openapi.json.
@@ -40,7 +49,9 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = service
+    app.state.limits = limits
     install_error_handler(app)
+    app.add_middleware(BodyLimitMiddleware, limit=limits.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:

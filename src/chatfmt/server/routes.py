@@ -14,6 +14,7 @@ from .openapi import error_responses, event_stream_ok, json_body
 from .schemas import (
     ChatCompletion,
     ChatCompletionRequest,
+    ErrorResponse,
     HealthResponse,
     ModelCard,
     ModelList,
@@ -28,6 +29,11 @@ _CHAT_OK = event_stream_ok(
     ChatCompletion,
 )
 
+#: Answered by the app's BodyLimitMiddleware (chatfmt.server.limits) before a route runs.
+_TOO_LARGE: dict[int | str, dict[str, object]] = {
+    413: {"model": ErrorResponse, "description": "A body over the server's size limit"}
+}
+
 
 def build_router(service: ChatService, *, api_key: str | None) -> APIRouter:
     """The routes of one served model."""
@@ -38,11 +44,11 @@ def build_router(service: ChatService, *, api_key: str | None) -> APIRouter:
         "/v1/chat/completions",
         response_model=None,
         openapi_extra=json_body(ChatCompletionRequest),
-        responses={**_CHAT_OK, **error_responses(400, 401, 415, 502, 503)},
+        responses={**_CHAT_OK, **error_responses(400, 401, 415, 502, 503), **_TOO_LARGE},
     )
     async def chat_completions(request: Request) -> Response:
         require_bearer(request, api_key)
-        req = await read_json_body(request, ChatCompletionRequest)
+        req = await read_json_body(request, ChatCompletionRequest, service.limits)
         prep = await service.prepare_async(req)
         try:
             if prep.stream:
@@ -58,12 +64,16 @@ def build_router(service: ChatService, *, api_key: str | None) -> APIRouter:
         "/tokenize",
         response_model=None,
         openapi_extra=json_body(ChatCompletionRequest),
-        responses={200: {"model": TokenizeResponse}, **error_responses(400, 401, 415)},
+        responses={
+            200: {"model": TokenizeResponse},
+            **error_responses(400, 401, 415),
+            **_TOO_LARGE,
+        },
     )
     async def tokenize(request: Request) -> Response:
         """The exact prompt ids a chat request renders to (vLLM-style ``/tokenize``)."""
         require_bearer(request, api_key)
-        req = await read_json_body(request, ChatCompletionRequest)
+        req = await read_json_body(request, ChatCompletionRequest, service.limits)
         return json_response(await asyncio.to_thread(service.render_info, req))
 
     card = ModelCard(id=service.model_name, created=created)

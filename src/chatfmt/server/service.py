@@ -27,6 +27,7 @@ from ..segments import Block, BlockEncoder, Control, Segment
 from ..tokenizers.base import Piece, Tokenizer
 from .errors import ApiError, engine_api_error
 from .http import json_bytes
+from .limits import DEFAULT_LIMITS, ServerLimits, count_problem
 from .policy import CallPolicy
 from .schemas import (
     ChatCompletion,
@@ -107,10 +108,18 @@ class Prepared:
 class ChatService:
     """Serves chat completions for one engine and one dialect."""
 
-    def __init__(self, engine: Engine, dialect: Dialect, *, model_name: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        dialect: Dialect,
+        *,
+        model_name: str,
+        limits: ServerLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.engine = engine
         self.dialect = dialect
         self.model_name = model_name
+        self.limits = limits
         self.tokenizer = engine.tokenizer
         self.stop_ids = frozenset(dialect.stop_ids(self.tokenizer))
         # One encoder for all requests: a chat that grows by a turn re-encodes only that turn.
@@ -141,6 +150,10 @@ class ChatService:
             )
         if not req.messages:
             raise ApiError(400, "'messages' is empty; send at least one message", param="messages")
+        # The routes checked the counts on the parsed body already; this is for direct callers.
+        problem = count_problem({"messages": req.messages, "tools": req.tools}, self.limits)
+        if problem is not None:
+            raise problem
         try:
             messages = from_openai(req.messages)
         except ValidationError as exc:

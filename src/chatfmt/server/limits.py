@@ -1,0 +1,171 @@
+"""Limits that keep one client from stalling or exhausting the server for the others.
+
+:class:`ServerLimits` holds every setting. The app enforces the request-level ones
+(:func:`chatfmt.server.create_app` takes ``limits=``): the body size while the body is read
+(:class:`BodyLimitMiddleware`), the number of messages and tools before a request is
+validated (:func:`count_problem`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import ApiError
+
+MIB = 1024 * 1024
+
+#: The ``chatfmt serve`` flag of each setting, for error messages that say what to change.
+SETTING_FLAGS: Mapping[str, str] = {
+    "max_body_bytes": "--max-body-mb",
+    "max_messages": "--max-messages",
+    "max_tools": "--max-tools",
+}
+
+
+def setting(name: str) -> str:
+    """How an error message names a setting: the field and its ``chatfmt serve`` flag."""
+    return f"the server setting {name} ({SETTING_FLAGS[name]})"
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request or one client may take of the server.
+
+    The defaults are far above what real clients send and low enough that a hostile request
+    costs the server little:
+
+    * ``max_body_bytes`` (8 MiB): a full 128K-token context is about 0.5 MB of text, JSON
+      escaping at most doubles it, and tool schemas add kilobytes; a parsed body takes about
+      ten times its size in memory, so a handful of bodies at the limit stay under a gigabyte.
+    * ``max_messages`` (4096): an agent filling a 128K-token context with 30-token steps.
+    * ``max_tools`` (512): four times OpenAI's own limit of 128 tools.
+    """
+
+    max_body_bytes: int = 8 * MIB
+    max_messages: int = 4096
+    max_tools: int = 512
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_messages", "max_tools"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ServerLimits.{name} must be a positive integer, got {value!r}")
+
+
+DEFAULT_LIMITS = ServerLimits()
+
+
+def _size(n: int) -> str:
+    for unit, name in ((MIB, "MiB"), (1024, "KiB")):
+        if n % unit == 0:
+            return f"{n // unit} {name}"
+    return f"{n} bytes"
+
+
+class BodyTooLarge(ApiError):
+    """413: the body is over ``max_body_bytes``. The connection is closed after the answer:
+    the rest of the body is never read."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            413,
+            f"the request body is larger than {_size(limit)}, the most this server accepts "
+            f"({setting('max_body_bytes')}); send a shorter conversation, or raise the limit",
+            param=None,
+            code="request_too_large",
+            headers={"Connection": "close"},
+        )
+
+
+def count_problem(data: Mapping[str, Any], limits: ServerLimits) -> ApiError | None:
+    """A 400 when a parsed body has more ``messages`` or ``tools`` than the limits allow.
+
+    For the parsed JSON, before the request model validates every item: a count over the
+    limit costs nothing more than the parse. (Returned, not raised, so that the caller can free
+    the parse before raising it.)
+    """
+    for field, limit, name in (
+        ("messages", limits.max_messages, "max_messages"),
+        ("tools", limits.max_tools, "max_tools"),
+    ):
+        items = data.get(field)
+        if isinstance(items, list) and len(items) > limit:
+            return ApiError(
+                400,
+                f"'{field}' has {len(items)} items, more than the {limit} this server accepts "
+                f"({setting(name)}); send fewer",
+                param=field,
+                code=f"too_many_{field}",
+            )
+    return None
+
+
+class BodyLimitMiddleware:
+    """Refuses bodies over ``max_body_bytes`` while they are read (ASGI middleware).
+
+    A declared ``Content-Length`` over the limit is answered at once, before the app runs or a
+    byte of the body is read. A chunked body is counted as the app reads it, and the read that
+    crosses the limit raises :class:`BodyTooLarge`: nothing ever holds more than the limit plus
+    one read (uvicorn reads at most 64 KiB ahead). The answer closes the connection.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit
+        for name, value in scope["headers"]:
+            # A malformed Content-Length never gets here: the HTTP parser answers 400 itself.
+            if name == b"content-length" and value.strip().isdigit() and int(value) > limit:
+                await send_error(send, BodyTooLarge(limit))
+                return
+        received = 0
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except BodyTooLarge as exc:
+            # The app's handlers answer ApiError; this is for a reader outside them.
+            if started:
+                raise
+            await send_error(send, exc)
+
+
+async def send_error(send: Send, error: ApiError) -> None:
+    """Answer ``error`` through a bare ASGI ``send`` (outside the app's handlers)."""
+    body = error.body().model_dump_json().encode()
+    headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()]
+    headers += [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "BodyLimitMiddleware",
+    "BodyTooLarge",
+    "ServerLimits",
+    "count_problem",
+]
