@@ -23,7 +23,7 @@ from ..engines.base import Engine, GenerationChunk, SamplingParams
 from ..errors import ChatFmtError, EngineError, ValidationError
 from ..events import Event, Finish, FinishReason
 from ..messages import Conversation, Tool, from_openai
-from ..segments import Block, BlockEncoder, Control, Segment
+from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
 from .errors import ApiError, engine_api_error
 from .http import json_bytes
@@ -46,14 +46,25 @@ from .wire import ROLE_CHOICE, assistant_message, chunk_choices
 #: costs more than encoding a few thousand characters (tens of microseconds).
 INLINE_RENDER_CHARS = 8192
 
+#: Requests with more message text than this skip the shared block cache: re-encoding them is
+#: cheap next to their size (a tokenizer encodes megabytes per second), and cached they would
+#: keep their text and ids in memory long after the request.
+CACHED_RENDER_CHARS = 256 * 1024
+
+#: How far a normalising tokenizer may shrink text before it encodes it (NFKC folds a 3-byte
+#: full-width letter to 1 byte): the early context check counts characters, so it divides by
+#: this too, to reject only prompts that cannot fit.
+_NORMALISED_SHRINK = 4
+
 log = logging.getLogger("chatfmt.server")
 
-
-class _RenderBusy(Exception):
-    """The shared encoder is in use by a worker thread; render there instead."""
+#: Roles whose string content every dialect renders in full (assistant content is left out:
+#: some formats drop earlier turns' reasoning).
+_RENDERED_ROLES = frozenset({"system", "developer", "user", "tool"})
 
 
 def _text_size(req: ChatCompletionRequest) -> int:
+    """About how much rendering work a request is (characters, plus per-message work)."""
     size = 16 * len(req.messages)  # per-message work: validation, headers
     for m in req.messages:
         content = m.get("content")
@@ -63,6 +74,30 @@ def _text_size(req: ChatCompletionRequest) -> int:
             size += len(str(content))
         size += 32 * len(m.get("tool_calls") or ())
     return size + 512 * len(req.tools or ())
+
+
+def _rendered_chars(req: ChatCompletionRequest) -> int:
+    """Characters of message text that certainly reach the prompt (a lower bound)."""
+    chars = 0
+    for m in req.messages:
+        if m.get("role") not in _RENDERED_ROLES:
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "text":
+                    text = part.get("text")
+                    chars += len(text) if isinstance(text, str) else 0
+    return chars
+
+
+def _longest_token_bytes(tokenizer: Tokenizer) -> int:
+    """The most bytes of text one token of ``tokenizer``'s vocabulary stands for."""
+    controls = set(tokenizer.controls.values())
+    sizes = (len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size))
+    return max((n for i, n in enumerate(sizes) if i not in controls), default=1) or 1
 
 
 class _Turn:
@@ -123,24 +158,24 @@ class ChatService:
         self.tokenizer = engine.tokenizer
         self.stop_ids = frozenset(dialect.stop_ids(self.tokenizer))
         # One encoder for all requests: a chat that grows by a turn re-encodes only that turn.
-        # Its cache is a plain dict, so renders (in worker threads) take turns.
+        # Its cache is a plain dict, so one render at a time uses it; a render that finds it
+        # busy uses an encoder of its own instead of waiting (see _render).
         self._encoder = BlockEncoder(self.tokenizer)
         self._render_lock = threading.Lock()
+        self._longest_token: int | None = None
 
     # ==== Request → prompt ====
 
     async def prepare_async(self, req: ChatCompletionRequest) -> Prepared:
         """:meth:`prepare` without blocking the event loop on a long conversation."""
-        if _text_size(req) <= INLINE_RENDER_CHARS:
-            try:
-                return self.prepare(req, inline=True)
-            except _RenderBusy:
-                pass
-        # Rendering a long conversation is CPU work: keep it off the event loop.
+        if _text_size(req) <= INLINE_RENDER_CHARS and not self._needs_vocabulary_scan(req):
+            return self.prepare(req)
+        # Rendering a long conversation is CPU work: keep it off the event loop. The tokenizer
+        # releases the GIL while it encodes, so the loop serves other requests meanwhile.
         return await asyncio.to_thread(self.prepare, req)
 
-    def prepare(self, req: ChatCompletionRequest, *, inline: bool = False) -> Prepared:
-        """Validate and render a request (blocking; ``inline`` never waits for the encoder)."""
+    def prepare(self, req: ChatCompletionRequest) -> Prepared:
+        """Validate and render a request (blocking, but never waiting for another render)."""
         if req.n is not None and req.n != 1:
             raise ApiError(
                 400,
@@ -154,27 +189,21 @@ class ChatService:
         problem = count_problem({"messages": req.messages, "tools": req.tools}, self.limits)
         if problem is not None:
             raise problem
+        self._check_text_fits(req)
         try:
             messages = from_openai(req.messages)
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
         tools = self._select_tools(req)
+        prefill = self._forced_call(req, tools)
         try:
             conv = Conversation(messages=tuple(messages), tools=tuple(tools))
-            if not self._render_lock.acquire(blocking=not inline):
-                raise _RenderBusy
-            try:
-                rendered = self.dialect.render(conv, self.tokenizer, encoder=self._encoder)
-            finally:
-                self._render_lock.release()
+            rendered, prefill_ids = self._render(conv, prefill, _text_size(req))
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
         except (ChatFmtError, ValueError) as exc:
             raise ApiError(400, str(exc)) from None
-        ids = rendered.ids
-        prefill = self._forced_call(req, tools)
-        if prefill:
-            ids = ids + list(self._encoder.encode_block(Block(prefill)))
+        ids = rendered.ids + prefill_ids if prefill_ids else rendered.ids
         n_prompt = len(ids)
         context = self.engine.context_length
         requested = req.requested_max_tokens
@@ -225,6 +254,57 @@ class ChatService:
         return Prepared(
             ids, params, stops, req.stream, include_usage, pieces, allowed, 1 if single else None
         )
+
+    def _render(
+        self, conv: Conversation, prefill: tuple[Segment, ...], size: int
+    ) -> tuple[RenderedPrompt, list[int]]:
+        """The prompt's ids and those of the forced-call prefix.
+
+        The shared, cached encoder serves a request of ordinary size when no other render is
+        using it; otherwise this render takes an encoder of its own, so that no request ever
+        waits behind another one's render (a small chat behind a megabyte conversation).
+        """
+        shared = size <= CACHED_RENDER_CHARS and self._render_lock.acquire(blocking=False)
+        encoder = self._encoder if shared else BlockEncoder(self.tokenizer, max_entries=0)
+        try:
+            rendered = self.dialect.render(conv, self.tokenizer, encoder=encoder)
+            prefill_ids = list(encoder.encode_block(Block(prefill))) if prefill else []
+        finally:
+            if shared:
+                self._render_lock.release()
+        return rendered, prefill_ids
+
+    def _needs_vocabulary_scan(self, req: ChatCompletionRequest) -> bool:
+        """Whether :meth:`_check_text_fits` would first scan the vocabulary (tens of ms)."""
+        return self._longest_token is None and (
+            _rendered_chars(req) >= self.engine.context_length * _NORMALISED_SHRINK
+        )
+
+    def _check_text_fits(self, req: ChatCompletionRequest) -> None:
+        """The context check before rendering, for a prompt whose text alone cannot fit.
+
+        No token stands for more text than the vocabulary's longest one, so the message text
+        gives a lower bound on the prompt's tokens; over the context length, the request gets
+        the full check's error without paying for rendering and tokenizing megabytes.
+        """
+        context = self.engine.context_length
+        chars = _rendered_chars(req)
+        if chars < context * _NORMALISED_SHRINK:
+            return  # fits whatever the vocabulary: no need to know its longest token
+        longest = self._longest_token
+        if longest is None:
+            longest = self._longest_token = _longest_token_bytes(self.tokenizer)
+        at_least = chars // (longest * _NORMALISED_SHRINK)
+        if at_least >= context:
+            raise ApiError(
+                400,
+                f"the prompt has at least {at_least} tokens ({chars} characters of message "
+                f"text, and no token of this model stands for more than {longest} bytes), which "
+                f"is more than the model's context length of {context} tokens; shorten the "
+                "conversation",
+                param="messages",
+                code="context_length_exceeded",
+            )
 
     def _forced_call(self, req: ChatCompletionRequest, tools: list[Tool]) -> tuple[Segment, ...]:
         """``tool_choice`` "required" or a named function: the dialect's call opening, so the
