@@ -36,7 +36,8 @@ def create_app(
     ``/v1`` route and ``/tokenize`` require ``Authorization: Bearer <api_key>``.
 
     ``limits`` bound what one request may send (body size, messages, tools), for routes added
-    to the app later too (the web chat).
+    to the app later too (the web chat); the connection-level ones need the server's help:
+    ``uvicorn.Config(app, **uvicorn_options(limits))``.
     """
     service = ChatService(engine, dialect, model_name=model_name, limits=limits)
     check_api_key(api_key)

@@ -3,7 +3,9 @@
 :class:`ServerLimits` holds every setting. The app enforces the request-level ones
 (:func:`chatfmt.server.create_app` takes ``limits=``): the body size while the body is read
 (:class:`BodyLimitMiddleware`), the number of messages and tools before a request is
-validated (:func:`count_problem`).
+validated (:func:`count_problem`). The connection-level ones, the time to send request headers
+and the connections per client address, live in uvicorn's HTTP protocol:
+``uvicorn.Config(app, **uvicorn_options(limits))``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ SETTING_FLAGS: Mapping[str, str] = {
     "max_body_bytes": "--max-body-mb",
     "max_messages": "--max-messages",
     "max_tools": "--max-tools",
+    "header_timeout": "--header-timeout",
+    "max_connections_per_client": "--max-connections-per-client",
 }
 
 
@@ -43,17 +47,31 @@ class ServerLimits:
       ten times its size in memory, so a handful of bodies at the limit stay under a gigabyte.
     * ``max_messages`` (4096): an agent filling a 128K-token context with 30-token steps.
     * ``max_tools`` (512): four times OpenAI's own limit of 128 tools.
+    * ``header_timeout`` (20 s): request headers are one small write; only a client that
+      holds connections open on purpose (slowloris) needs more.
+    * ``max_connections_per_client`` (64): ten times a browser's pool, enough for an agent's
+      parallel calls; ``None`` turns it off (behind a reverse proxy every client has its
+      address).
     """
 
     max_body_bytes: int = 8 * MIB
     max_messages: int = 4096
     max_tools: int = 512
+    header_timeout: float = 20.0
+    max_connections_per_client: int | None = 64
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_messages", "max_tools"):
+        for name in ("max_body_bytes", "max_messages", "max_tools", "max_connections_per_client"):
             value = getattr(self, name)
+            if value is None and name == "max_connections_per_client":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ServerLimits.{name} must be a positive integer, got {value!r}")
+        timeout = self.header_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ValueError(
+                f"ServerLimits.header_timeout must be a positive number of seconds, got {timeout!r}"
+            )
 
 
 DEFAULT_LIMITS = ServerLimits()
@@ -162,10 +180,24 @@ async def send_error(send: Send, error: ApiError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def uvicorn_options(limits: ServerLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """Keyword arguments for ``uvicorn.Config`` that enforce the connection-level limits
+    (``header_timeout``, ``max_connections_per_client``); each call makes a protocol class with
+    its own count of connections, so give each server its own call.
+
+    ``ws="none"``: the API serves no WebSockets, and an upgraded connection would leave the
+    protocol that counts and times it.
+    """
+    from .protocol import guarded_protocol
+
+    return {"http": guarded_protocol(limits), "ws": "none"}
+
+
 __all__ = [
     "DEFAULT_LIMITS",
     "BodyLimitMiddleware",
     "BodyTooLarge",
     "ServerLimits",
     "count_problem",
+    "uvicorn_options",
 ]

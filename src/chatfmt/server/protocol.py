@@ -1,0 +1,169 @@
+"""uvicorn's h11 protocol with the connection-level limits of :class:`ServerLimits`.
+
+uvicorn times out idle keep-alive connections, but not a connection that is still sending its
+request headers: a client that opens connections and sends a byte now and then (slowloris)
+holds them for ever. Nor does it count connections per client. :func:`guarded_protocol` makes
+a subclass of its h11 protocol that does both; pass it as ``uvicorn.Config(http=...)``, or
+use :func:`chatfmt.server.limits.uvicorn_options`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, ClassVar, cast
+
+from starlette.types import Receive, Scope, Send
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
+
+from .errors import ApiError
+from .limits import DEFAULT_LIMITS, ServerLimits, send_error, setting
+
+log = logging.getLogger("chatfmt.server")
+
+
+class ClientConnections:
+    """Open connections per client address, for one server (its event loop's thread only)."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, int] = {}
+
+    def add(self, host: str) -> int:
+        """Count one more connection from ``host``; returns how many it now has."""
+        n = self._open.get(host, 0) + 1
+        self._open[host] = n
+        return n
+
+    def remove(self, host: str) -> None:
+        n = self._open.get(host, 0) - 1
+        if n > 0:
+            self._open[host] = n
+        else:
+            self._open.pop(host, None)
+
+    def count(self, host: str) -> int:
+        return self._open.get(host, 0)
+
+
+def _refusal(host: str, cap: int) -> Any:
+    """An ASGI app answering 429 (and closing) for a connection over the per-client cap."""
+    error = ApiError(
+        429,
+        f"too many connections from {host}: this server serves at most {cap} at once per "
+        f"client address ({setting('max_connections_per_client')}); close idle connections "
+        "or retry later",
+        type="rate_limit_error",
+        code="too_many_connections",
+        headers={"Connection": "close", "Retry-After": "1"},
+    )
+
+    async def refuse(_scope: Scope, _receive: Receive, send: Send) -> None:
+        await send_error(send, error)
+
+    return refuse
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, plus a deadline for request headers and a per-client cap.
+
+    The header deadline starts when the connection opens and, on a kept-alive connection,
+    when the first byte of the next request arrives (an idle kept-alive connection is left to
+    uvicorn's own ``timeout_keep_alive``); it ends when the headers are complete. A connection
+    still without complete headers at the deadline is closed.
+
+    A connection beyond ``max_connections_per_client`` from one address is answered 429 as
+    soon as its request headers arrive, and closed; one beyond twice the cap is closed at
+    once, since a client that keeps opening connections past their refusals is not waiting
+    for answers, and each open socket costs a file descriptor.
+    """
+
+    limits: ClassVar[ServerLimits] = DEFAULT_LIMITS
+    clients: ClassVar[ClientConnections] = ClientConnections()
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._counted_host: str | None = None
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    # ==== Connection events ====
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        cap = self.limits.max_connections_per_client
+        host = self.client[0] if self.client else None  # None: a Unix socket
+        if cap is not None and host is not None:
+            self._counted_host = host
+            n = self.clients.add(host)
+            if n > 2 * cap:
+                log.info("closing a connection from %s: %d open, over twice the cap", host, n)
+                transport.close()
+                return
+            if n > cap:
+                self.app = _refusal(host, cap)
+        self._arm_header_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self._header_timer is None and self._between_requests():
+            self._arm_header_timer()  # the first bytes of the next request on this connection
+        super().data_received(data)
+        if not self._between_requests():
+            self._disarm_header_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # A pipelined request already buffered may have started here, headers complete.
+        if not self._between_requests():
+            self._disarm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        if self._counted_host is not None:
+            self.clients.remove(self._counted_host)
+            self._counted_host = None
+        super().connection_lost(exc)
+
+    # ==== Header deadline ====
+
+    def _between_requests(self) -> bool:
+        """No request is in progress: the next one's headers are still to come."""
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self._header_timer = self.loop.call_later(
+            self.limits.header_timeout, self._headers_too_slow
+        )
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self._between_requests() and not self.transport.is_closing():
+            log.info(
+                "closing a connection from %s: no complete request headers within %g s",
+                self.client[0] if self.client else "a client",
+                self.limits.header_timeout,
+            )
+            # connection_lost tells h11, as uvicorn's own keep-alive timeout does.
+            self.transport.close()
+
+
+def guarded_protocol(limits: ServerLimits = DEFAULT_LIMITS) -> type[GuardedH11Protocol]:
+    """A :class:`GuardedH11Protocol` class enforcing ``limits``, with its own connection count
+    (one per server: a second server must not share the first one's counts)."""
+    attrs = {"limits": limits, "clients": ClientConnections()}
+    return cast(type[GuardedH11Protocol], type("GuardedH11Protocol", (GuardedH11Protocol,), attrs))
+
+
+__all__ = ["ClientConnections", "GuardedH11Protocol", "guarded_protocol"]
