@@ -177,7 +177,11 @@ class LlamaServerEngine(Engine):
             api_key=self._key,
             flavor="llama.cpp",
             context_length=self._context_length,
-            retries=0,  # a dead child is restarted by the supervisor, not retried into
+            # llama-server may close a kept-alive connection after a stream; a request on such
+            # a connection fails before anything is sent and is safe to send again. A dead
+            # child is the supervisor's to restart, so the retries are few and quick.
+            retries=2,
+            backoff=0.01,
             timeout=600.0,
         )
         self._remote = remote
