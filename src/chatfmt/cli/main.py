@@ -272,6 +272,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         n_threads=args.threads,
         parallel=args.parallel,
+        drain_timeout=args.drain_timeout,
         configure=None if args.no_web else configure,
         **{**_engine_options(args), "engine": args.engine or "llama-server"},
     )
@@ -401,6 +402,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="conversations the llama-server engine decodes at once, each with its own "
         "context of --n-ctx tokens and prompt cache (default: 4)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl+C, how long requests in flight may take to finish (default: 30)",
     )
     p.add_argument("--tools", metavar="FILE.py", help="tools for the web chat (default: demo)")
     p.add_argument("--no-interpreter", action="store_true", help="no code interpreter mode")

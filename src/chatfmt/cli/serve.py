@@ -119,6 +119,7 @@ def run_server(
     n_ctx: int | None = None,
     n_threads: int | None = None,
     parallel: int | None = None,
+    drain_timeout: float = 30.0,
     log_level: str = "warning",
     out: TextIO | None = None,
     configure: Callable[[Any, Engine, Dialect], None] | None = None,
@@ -126,7 +127,9 @@ def run_server(
     """Serve ``model`` over HTTP until interrupted; prints the URL once it is accepting.
 
     Returns after Ctrl+C (SIGINT) once in-flight requests are done; SIGTERM ends the process
-    the same way and then exits with the signal's status, as uvicorn does.
+    the same way and then exits with the signal's status, as uvicorn does. Either stops new
+    connections at once and lets requests in flight (streams included) finish for up to
+    ``drain_timeout`` seconds, then cancels what is left and stops the engine.
 
     Raises :class:`~chatfmt.errors.ChatFmtError` (or ``MissingDependencyError``) with a
     message naming the fix when the model, engine or extras are missing.
@@ -165,7 +168,13 @@ def run_server(
             from starlette.middleware.trustedhost import TrustedHostMiddleware
 
             app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
-        config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=drain_timeout,
+        )
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
