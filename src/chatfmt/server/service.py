@@ -51,9 +51,9 @@ INLINE_RENDER_CHARS = 8192
 #: keep their text and ids in memory long after the request.
 CACHED_RENDER_CHARS = 256 * 1024
 
-#: How far a normalising tokenizer may shrink text before it encodes it (NFKC folds a 3-byte
-#: full-width letter to 1 byte): the early context check counts characters, so it divides by
-#: this too, to reject only prompts that cannot fit.
+#: How far a normalising tokenizer may shrink text before it encodes it (NFC composes three
+#: Hangul jamo into one syllable): the early context check divides by this too, so that it
+#: refuses only prompts that cannot fit.
 _NORMALISED_SHRINK = 4
 
 log = logging.getLogger("chatfmt.server")
