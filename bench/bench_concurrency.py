@@ -9,8 +9,8 @@ GGUF, ``--parallel N``, the same context per slot and thread count, answering it
 ``/v1/chat/completions``; then ``chatfmt serve --parallel N --no-web`` (the real entry point,
 whose engine is the same llama-server binary as a managed child) gets the same requests.
 Aggregate tokens/s = all completion tokens / wall time from the first request to the last
-token, over ``--bursts`` bursts; TTFT = time to the first content token, p50 over all of them. The two alternate per round; the median
-round is reported.
+token, over ``--bursts`` bursts; TTFT = time to the first content token, p50 over all of
+them. The two alternate per round; the median round is reported.
 
 Part 2, two users alternating: two conversations whose histories are ~2,000 tokens each
 take turns on one ``chatfmt serve``; each turn's TTFT is compared with a single warm user's
@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import write_section  # noqa: E402
+from _report import write_section
 
 SLOT_CTX = 4096
 TOPICS = ["rivers", "volcanoes", "bridges", "owls", "glaciers", "lighthouses", "deserts", "bees"]
@@ -256,9 +256,7 @@ def main() -> None:
             proc, url = start_chatfmt(4, args.threads, engine)
             try:
                 single = asyncio.run(conversation_turns(url, ["ann"], args.turns, args.history))
-                both = asyncio.run(
-                    conversation_turns(url, ["bob", "cy"], args.turns, args.history)
-                )
+                both = asyncio.run(conversation_turns(url, ["bob", "cy"], args.turns, args.history))
             finally:
                 stop(proc)
             s, b = statistics.median(single), statistics.median(both)

@@ -273,10 +273,36 @@ def cmd_serve(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         parallel=args.parallel,
         drain_timeout=args.drain_timeout,
+        limits=_limits(args),
         configure=None if args.no_web else configure,
         **{**_engine_options(args), "engine": args.engine or "llama-server"},
     )
     return 0
+
+
+def _limits(args: argparse.Namespace) -> Any:
+    """The server limits the flags ask for (each flag is named in the limit's own errors)."""
+    from ..server.limits import ServerLimits
+
+    per_client = args.max_connections_per_client
+    for flag, value in (
+        ("--max-body-mb", args.max_body_mb),
+        ("--max-messages", args.max_messages),
+        ("--max-tools", args.max_tools),
+        ("--header-timeout", args.header_timeout),
+    ):
+        if not value > 0:
+            raise _UsageError(f"{flag} must be positive, got {value}")
+    try:
+        return ServerLimits(
+            max_body_bytes=round(args.max_body_mb * 1024 * 1024),
+            max_messages=args.max_messages,
+            max_tools=args.max_tools,
+            header_timeout=args.header_timeout,
+            max_connections_per_client=per_client if per_client > 0 else None,
+        )
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -410,6 +436,38 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on SIGTERM or Ctrl+C, how long requests in flight may take to finish (default: 30)",
     )
+    limits = p.add_argument_group("limits per request and client")
+    limits.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=8.0,
+        metavar="MB",
+        help="largest request body; larger ones get 413 (default: 8)",
+    )
+    limits.add_argument(
+        "--max-messages",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="most messages in one request (default: 4096)",
+    )
+    limits.add_argument(
+        "--max-tools",
+        type=int,
+        default=512,
+        metavar="N",
+        help="most tools in one request (default: 512)",
+    )
+    limits.add_argument(
+        "--header-timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="a connection must send its request headers within this (default: 20)",
+    )
+    limits.add_argument("--max-connections-per-client", type=int, default=64, metavar="N",
+                        help="open connections one client address may hold; 0 for no cap, e.g. "
+                        "behind a reverse proxy (default: 64)")  # fmt: skip
     p.add_argument("--tools", metavar="FILE.py", help="tools for the web chat (default: demo)")
     p.add_argument("--no-interpreter", action="store_true", help="no code interpreter mode")
     p.add_argument("--no-web", action="store_true", help="serve only the API, no web chat")

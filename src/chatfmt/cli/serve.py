@@ -16,6 +16,7 @@ from ..errors import ChatFmtError
 
 if TYPE_CHECKING:
     from ..engines.base import Engine
+    from ..server.limits import ServerLimits
     from ..tokenizers.base import Tokenizer
 
 EngineKind = Literal["llama-server", "local", "remote"]
@@ -120,6 +121,7 @@ def run_server(
     n_threads: int | None = None,
     parallel: int | None = None,
     drain_timeout: float = 30.0,
+    limits: ServerLimits | None = None,
     log_level: str = "warning",
     out: TextIO | None = None,
     configure: Callable[[Any, Engine, Dialect], None] | None = None,
@@ -129,7 +131,8 @@ def run_server(
     Returns after Ctrl+C (SIGINT) once in-flight requests are done; SIGTERM ends the process
     the same way and then exits with the signal's status, as uvicorn does. Either stops new
     connections at once and lets requests in flight (streams included) finish for up to
-    ``drain_timeout`` seconds, then cancels what is left and stops the engine.
+    ``drain_timeout`` seconds, then cancels what is left and stops the engine. ``limits`` bound
+    what one request or client may take (body size, messages, tools, header time, connections).
 
     Raises :class:`~chatfmt.errors.ChatFmtError` (or ``MissingDependencyError``) with a
     message naming the fix when the model, engine or extras are missing.
@@ -137,6 +140,9 @@ def run_server(
     uvicorn = require("uvicorn", extra="server")
     require("fastapi", extra="server")
     from ..server import create_app
+    from ..server.limits import DEFAULT_LIMITS, uvicorn_options
+
+    limits = limits or DEFAULT_LIMITS
 
     stream = out or sys.stdout
     # A named dialect is checked before the model loads; else the model's vocabulary tells.
@@ -160,7 +166,7 @@ def run_server(
         if connect is not None:
             # remote: detect the server kind and its context length; llama-server: start it.
             await connect()
-        app = create_app(eng, chosen, model_name=name, api_key=api_key)
+        app = create_app(eng, chosen, model_name=name, api_key=api_key, limits=limits)
         if configure is not None:
             configure(app, eng, chosen)
         hosts = trusted_hosts(host)
@@ -174,6 +180,7 @@ def run_server(
             port=port,
             log_level=log_level,
             timeout_graceful_shutdown=drain_timeout,
+            **uvicorn_options(limits),
         )
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve())
