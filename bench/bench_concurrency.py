@@ -153,7 +153,8 @@ async def bursts(url: str, n: int, tokens: int, count: int) -> dict[str, float]:
     total, wall, ttfts = 0, 0.0, []
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         await stream_chat(client, prompt(99, 99), 8)  # warm-up
-        for b in range(count):
+        # At least a dozen TTFT samples per level: one burst of one request is one sample.
+        for b in range(max(count, -(-12 // n))):
             start = time.perf_counter()
             results = await asyncio.gather(
                 *(stream_chat(client, prompt(i, b), tokens) for i in range(n))

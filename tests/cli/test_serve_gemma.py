@@ -1,6 +1,6 @@
 """``chatfmt serve --model <Gemma 3 GGUF> --dialect gemma3`` in its own process, through the
-official ``openai`` client: the reply is exactly what llama.cpp generates from Gemma 3's chat
-format for the same messages (greedy, one thread on both sides)."""
+official ``openai`` client: the reply is exactly what llama.cpp's server generates from Gemma
+3's chat format for the same messages (greedy, one thread on both sides)."""
 
 from __future__ import annotations
 
@@ -67,17 +67,40 @@ def served(gemma_gguf: Path) -> Iterator[str]:
 
 def reference_reply(gguf: Path, max_tokens: int) -> tuple[str, list[int]]:
     """llama.cpp on its own: the prompt as Gemma 3's template writes it (llama.cpp's
-    tokenizer, special tokens parsed), greedy generation until an end-of-generation token."""
+    tokenizer, special tokens parsed), then greedy generation by the same ``llama-server``
+    binary that chatfmt's engine runs, started by hand and given those ids."""
+    import httpx
     import llama_cpp
 
-    llm = llama_cpp.Llama(str(gguf), n_ctx=4096, n_threads=1, verbose=False)
+    from chatfmt.engines.llama_server import find_llama_server
+
+    vocab = llama_cpp.Llama(str(gguf), vocab_only=True, verbose=False)
     prompt = (
         "<bos><start_of_turn>user\nAnswer in one short sentence.\n\nWhat is the capital of "
         "France?<end_of_turn>\n<start_of_turn>model\n"
     )
-    ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
-    out = llm.create_completion(ids, max_tokens=max_tokens, temperature=0.0)
-    return str(out["choices"][0]["text"]), ids
+    ids = vocab.tokenize(prompt.encode(), add_bos=False, special=True)
+    port = _free_port()
+    argv = [str(find_llama_server()), "--model", str(gguf), "--port", str(port)]
+    argv += ["--host", "127.0.0.1", "--parallel", "1", "--threads", "1", "--no-webui"]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        body = {"prompt": ids, "n_predict": max_tokens, "temperature": 0, "top_k": 0}
+        body.update(min_p=0, repeat_penalty=1)
+        out = httpx.post(url + "/completion", json=body, timeout=120).json()
+    finally:
+        server.terminate()
+        server.wait(30)
+    return str(out["content"]), ids
 
 
 def test_gemma3_chat_through_the_openai_sdk(served: str, gemma_gguf: Path) -> None:
