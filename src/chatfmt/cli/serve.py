@@ -168,7 +168,7 @@ def run_server(
             await connect()
         app = create_app(eng, chosen, model_name=name, api_key=api_key, limits=limits)
         if configure is not None:
-            configure(app, eng, chosen)
+            configure(app, app.state.service.engine, chosen)  # the engine /metrics counts
         hosts = trusted_hosts(host)
         if hosts is not None:
             from starlette.middleware.trustedhost import TrustedHostMiddleware

@@ -13,6 +13,7 @@ from ..engines.base import Engine
 from .errors import ApiError, validation_error
 from .http import check_api_key, error_response, install_error_handler
 from .limits import DEFAULT_LIMITS, BodyLimitMiddleware, ServerLimits
+from .metrics import CountRequests, MeteredEngine, ServerMetrics
 from .openapi import publish_models
 from .routes import build_router
 from .schemas import ChatCompletionChunk, ChatCompletionRequest
@@ -31,7 +32,8 @@ def create_app(
 ) -> FastAPI:
     """An OpenAI-compatible app serving ``engine`` through ``dialect``.
 
-    Everything the app needs lives on it (``app.state.service``, ``app.state.limits``); there
+    Everything the app needs lives on it (``app.state.service``, ``app.state.limits``,
+    ``app.state.service.metrics`` behind ``GET /metrics``); there
     are no module globals, so several apps can run in one process. ``api_key`` makes every
     ``/v1`` route and ``/tokenize`` require ``Authorization: Bearer <api_key>``.
 
@@ -39,7 +41,11 @@ def create_app(
     to the app later too (the web chat); the connection-level ones need the server's help:
     ``uvicorn.Config(app, **uvicorn_options(limits))``.
     """
-    service = ChatService(engine, dialect, model_name=model_name, limits=limits)
+    metrics = ServerMetrics(engine)
+    # Generations are counted at the engine, so routes added later (the web chat, which
+    # takes the engine from app.state.service) are counted too.
+    metered = MeteredEngine(engine, metrics)
+    service = ChatService(metered, dialect, model_name=model_name, limits=limits, metrics=metrics)
     check_api_key(api_key)
     # No /docs or /redoc: FastAPI's pages load scripts from CDNs, on the origin of the API and
     # the code interpreter. The schema itself stays at /openapi.json.
@@ -53,6 +59,8 @@ def create_app(
     app.state.limits = limits
     install_error_handler(app)
     app.add_middleware(BodyLimitMiddleware, limit=limits.max_body_bytes)
+    # Outermost, so that answers from the middleware above (413) are counted too.
+    app.add_middleware(CountRequests, metrics=metrics)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:

@@ -120,4 +120,17 @@ def build_router(service: ChatService, *, api_key: str | None) -> APIRouter:
         )
         return json_response(body, 200 if ok else 503)
 
+    @router.get(
+        "/metrics",
+        response_model=None,
+        responses={200: {"content": {"text/plain": {}}}, **error_responses(401)},
+    )
+    async def metrics(request: Request) -> Response:
+        """Prometheus text format: requests, tokens, latencies, engine slots and restarts."""
+        require_bearer(request, api_key)  # usage figures are the key holder's business
+        page = service.metrics
+        if page is None:
+            raise ApiError(404, "metrics are off for this app", type="not_found_error")
+        return Response(await page.page(), media_type=page.content_type)
+
     return router

@@ -28,6 +28,7 @@ from ..tokenizers.base import Piece, Tokenizer
 from .errors import ApiError, engine_api_error
 from .http import json_bytes
 from .limits import DEFAULT_LIMITS, ServerLimits, count_problem
+from .metrics import ServerMetrics
 from .policy import CallPolicy
 from .schemas import (
     ChatCompletion,
@@ -150,11 +151,13 @@ class ChatService:
         *,
         model_name: str,
         limits: ServerLimits = DEFAULT_LIMITS,
+        metrics: ServerMetrics | None = None,
     ) -> None:
         self.engine = engine
         self.dialect = dialect
         self.model_name = model_name
         self.limits = limits
+        self.metrics = metrics
         self.tokenizer = engine.tokenizer
         self.stop_ids = frozenset(dialect.stop_ids(self.tokenizer))
         # One encoder for all requests: a chat that grows by a turn re-encodes only that turn.
