@@ -206,21 +206,8 @@ def test_max_tokens_length(client: Any) -> None:
     assert out.usage.completion_tokens == 5
 
 
-def _generating(server: ServerThread) -> Any:
-    """A probe of whether the engine is still decoding: tokens sampled so far (local) or
-    requests its slots are processing (llama-server)."""
-    engine = server.app.state.service.engine
-    if hasattr(engine, "tokens_generated"):
-        return engine.tokens_generated
-    return server.call(engine.load()).get("requests_processing")
-
-
-def test_disconnect_stops_the_model(server: ServerThread) -> None:
-    engine = server.app.state.service.engine
-    if not hasattr(engine, "tokens_generated"):
-        _disconnect_frees_the_slot(server)
-        return
-    before = engine.tokens_generated
+def _leave_mid_stream(server: ServerThread, while_open: Any = None) -> None:
+    """Start a long streamed reply, read four chunks, call ``while_open``, hang up."""
     body = {
         "messages": [{"role": "user", "content": "Write a very long essay about rivers."}],
         "temperature": 0,
@@ -233,6 +220,17 @@ def test_disconnect_stops_the_model(server: ServerThread) -> None:
         while seen < 4:
             if next(lines).startswith("data: "):
                 seen += 1
+        if while_open is not None:
+            while_open()
+
+
+def test_disconnect_stops_the_model(server: ServerThread) -> None:
+    engine = server.app.state.service.engine
+    if not hasattr(engine, "tokens_generated"):
+        _disconnect_frees_the_slot(server)
+        return
+    before = engine.tokens_generated
+    _leave_mid_stream(server)
     # The connection is closed; within a few decode steps the model stops.
     deadline = time.monotonic() + 10
     last = engine.tokens_generated
@@ -248,24 +246,20 @@ def test_disconnect_stops_the_model(server: ServerThread) -> None:
 
 
 def _disconnect_frees_the_slot(server: ServerThread) -> None:
-    body = {
-        "messages": [{"role": "user", "content": "Write a very long essay about rivers."}],
-        "temperature": 0,
-        "max_tokens": 1000,
-        "stream": True,
-    }
-    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as r:
-        lines = r.iter_lines()
-        seen = 0
-        while seen < 4:
-            if next(lines).startswith("data: "):
-                seen += 1
-        assert _generating(server) == 1
+    engine = server.app.state.service.engine
+
+    def busy() -> float:  # requests llama-server's slots are processing now
+        return float(server.call(engine.load()).get("requests_processing", -1))
+
+    def one_busy() -> None:
+        assert busy() == 1
+
+    _leave_mid_stream(server, one_busy)
     # llama-server notices the closed connection and releases the slot.
     deadline = time.monotonic() + 10
-    while _generating(server) != 0 and time.monotonic() < deadline:
+    while busy() != 0 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _generating(server) == 0, "the slot kept generating after the client left"
+    assert busy() == 0, "the slot kept generating after the client left"
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
 
 

@@ -7,15 +7,25 @@ hand the ids to :meth:`Engine.stream`, and parse what comes back. Stopping itera
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from ..errors import EngineError
 from ..tokenizers.base import Tokenizer
 
 EngineFinish = Literal["stop", "length"]
+
+
+def model_file(model_path: str | os.PathLike[str]) -> Path:
+    """``model_path`` expanded, or :class:`EngineError` naming the fix if no such file."""
+    path = Path(model_path).expanduser()
+    if not path.is_file():
+        raise EngineError(f"model file {str(path)!r} not found; pass a path to a .gguf file")
+    return path
 
 
 @dataclass(frozen=True, slots=True)

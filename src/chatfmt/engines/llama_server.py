@@ -27,7 +27,7 @@ from pathlib import Path
 from .._imports import require
 from ..errors import EngineError, EngineUnavailableError, MissingDependencyError
 from ..tokenizers.gguf import GGUFTokenizer
-from .base import Engine, GenerationChunk, SamplingParams
+from .base import Engine, GenerationChunk, SamplingParams, model_file
 from .remote import RemoteEngine
 from .supervisor import Supervisor
 
@@ -87,9 +87,7 @@ class LlamaServerEngine(Engine):
         startup_timeout: float = 300.0,
     ) -> None:
         require("httpx", extra="server")
-        path = Path(model_path).expanduser()
-        if not path.is_file():
-            raise EngineError(f"model file {str(path)!r} not found; pass a path to a .gguf file")
+        path = model_file(model_path)
         if parallel < 1:
             raise EngineError(f"parallel must be at least 1, got {parallel}")
         self.model_path = path

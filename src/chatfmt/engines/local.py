@@ -25,7 +25,7 @@ from typing import Any
 from .._imports import require
 from ..errors import EngineError
 from ..tokenizers.gguf import GGUFTokenizer, _llama_cpp
-from .base import Engine, GenerationChunk, SamplingParams
+from .base import Engine, GenerationChunk, SamplingParams, model_file
 
 DEFAULT_N_CTX = 4096
 
@@ -50,9 +50,7 @@ class LocalEngine(Engine):
     ) -> None:
         require("llama_cpp", extra="local")
         llama_cpp = _llama_cpp()  # also quiets llama.cpp's load-time logging
-        path = Path(model_path).expanduser()
-        if not path.is_file():
-            raise EngineError(f"model file {str(path)!r} not found; pass a path to a .gguf file")
+        path = model_file(model_path)
         self.model_path = path
         self.name = f"local:{path.name}"
         threads = n_threads or os.cpu_count() or 1
