@@ -244,7 +244,8 @@ def main() -> None:
 
     body = (
         f"N clients each stream one greedy chat completion of up to {args.tokens} tokens at "
-        f"once (distinct prompts), {args.bursts} times per server start, {args.threads} "
+        f"once (distinct prompts), {args.bursts} times per server start (at least 12 "
+        f"requests per level, for a dozen TTFT samples), {args.threads} "
         f"threads, {SLOT_CTX} tokens of context per slot; the median of {args.rounds} "
         "alternating rounds. Peer: llama.cpp's `llama-server --parallel N` "
         "started by hand on the same GGUF, answering its own `/v1/chat/completions`.\n\n"

@@ -189,3 +189,28 @@ def test_parse_llamacpp_metrics() -> None:
         "llamacpp:broken nan-ish\n"
     )
     assert parse_llamacpp_metrics(page) == {"requests_processing": 2.0, "requests_deferred": 0.5}
+
+
+def test_busy_slots_queue_in_arrival_order(default_model_path: Path, binary: Path) -> None:
+    """One slot, three requests: the later ones wait, and are served first come, first
+    served (llama-server's queue), each complete and its own."""
+
+    async def body(engine: Any) -> None:
+        firsts: dict[int, float] = {}
+
+        async def one(i: int) -> list[int]:
+            await asyncio.sleep(0.05 * i)  # arrive in order 0, 1, 2
+            ids: list[int] = []
+            params = SamplingParams(max_tokens=12, temperature=0)
+            async for chunk in engine.stream(prompt(engine, f"Count from {i} to {i + 9}."), params):
+                if chunk.token_ids and i not in firsts:
+                    firsts[i] = time.monotonic()
+                ids.extend(chunk.token_ids)
+            return ids
+
+        results = await asyncio.gather(*(one(i) for i in range(3)))
+        assert sorted(firsts, key=firsts.__getitem__) == [0, 1, 2]
+        for i, ids in enumerate(results):
+            assert str(i) in engine.tokenizer.decode(ids), (i, engine.tokenizer.decode(ids))
+
+    run(default_model_path, body)

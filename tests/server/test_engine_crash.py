@@ -80,6 +80,8 @@ def test_engine_killed_mid_request(server: ServerThread) -> None:
         assert time.monotonic() < deadline, "the engine did not come back"
         time.sleep(0.2)
     assert engine.supervisor.restarts == 1
+    page = httpx.get(server.url + "/metrics").text
+    assert "chatfmt_engine_restarts_total 1.0" in page and "chatfmt_engine_up 1.0" in page
     ok = httpx.post(
         server.url + "/v1/chat/completions",
         json={"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8},

@@ -43,11 +43,12 @@ def app(qwen: Any) -> Any:
 def test_counts_requests_tokens_and_latency(app: Any) -> None:
     body = {"messages": USER_HI, "max_tokens": 50}
     streaming = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    plain, streamed, missing, bad, page = run(
+    plain, streamed, card, missing, bad, page = run(
         app,
         [
             ("POST", "/v1/chat/completions", {"json": body}),
             ("POST", "/v1/chat/completions", {"json": streaming}),
+            ("GET", "/v1/models/m", {}),
             ("GET", "/nope/../../etc", {}),
             ("POST", "/v1/chat/completions", {"json": {"messages": []}}),
             ("GET", "/metrics", {}),
@@ -61,6 +62,9 @@ def test_counts_requests_tokens_and_latency(app: Any) -> None:
     assert got[("chatfmt_requests_total", (("route", route), ("status", "200")))] == 2
     assert got[("chatfmt_requests_total", (("route", route), ("status", "400")))] == 1
     assert got[("chatfmt_requests_total", (("route", "other"), ("status", "404")))] == 1
+    assert card.status_code == 200  # counted under its route's template, not its path
+    key = ("chatfmt_requests_total", (("route", "/v1/models/{model_id:path}"), ("status", "200")))
+    assert got[key] == 1
     # Token counters agree with what the responses reported as usage.
     usage = plain.json()["usage"]
     events, _ = parse_sse(streamed.text)

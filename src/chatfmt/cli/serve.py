@@ -51,7 +51,7 @@ def build_engine(
 
         return LlamaServerEngine(
             resolve_model(model),
-            parallel=parallel or DEFAULT_PARALLEL,
+            parallel=DEFAULT_PARALLEL if parallel is None else parallel,
             n_ctx=n_ctx,
             n_threads=n_threads,
         )
@@ -74,6 +74,28 @@ def build_engine(
             text_controls=text_controls,
         )
     raise ChatFmtError(f"unknown engine {engine!r}; use 'llama-server', 'local' or 'remote'")
+
+
+def _engine_server(config: Any, engine: Engine) -> Any:
+    """A uvicorn server for ``config`` that stops ``engine`` when it shuts down."""
+    base: Any = require("uvicorn", extra="server").Server
+
+    class EngineServer(base):  # type: ignore[misc]
+        """uvicorn's server, stopping the engine as the last step of its graceful shutdown:
+        after SIGTERM uvicorn re-raises the signal once ``serve()`` returns, which ends the
+        process before any code after it (or an ``atexit`` hook) runs."""
+
+        def __init__(self, config: Any, engine: Engine) -> None:
+            super().__init__(config)
+            self.engine = engine
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            try:
+                await super().shutdown(sockets)
+            finally:
+                await self.engine.aclose()
+
+    return EngineServer(config, engine)
 
 
 def trusted_hosts(host: str) -> list[str] | None:
@@ -182,7 +204,7 @@ def run_server(
             timeout_graceful_shutdown=drain_timeout,
             **uvicorn_options(limits),
         )
-        server = uvicorn.Server(config)
+        server = _engine_server(config, eng)
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
             await asyncio.sleep(0.05)

@@ -25,7 +25,12 @@ from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 
 from .._imports import require
-from ..errors import EngineError, EngineUnavailableError, MissingDependencyError
+from ..errors import (
+    EngineError,
+    EngineUnavailableError,
+    MissingDependencyError,
+    RemoteHTTPError,
+)
 from ..tokenizers.gguf import GGUFTokenizer
 from .base import Engine, GenerationChunk, SamplingParams, model_file
 from .remote import RemoteEngine
@@ -103,6 +108,7 @@ class LlamaServerEngine(Engine):
         # The child's API is for this process only: other local users cannot drive it.
         self._key = secrets.token_urlsafe(24)
         self._remote: RemoteEngine | None = None
+        self._start_lock: asyncio.Lock | None = None  # made on the loop that first starts
         self._supervisor = Supervisor(
             "llama-server",
             self._command,
@@ -185,9 +191,13 @@ class LlamaServerEngine(Engine):
         self._remote = remote
 
     async def connect(self) -> None:
-        """Start ``llama-server`` and wait until it has loaded the model."""
-        if not self._supervisor.ready:
-            await self._supervisor.start()
+        """Start ``llama-server`` and wait until it has loaded the model (``chatfmt serve``
+        does this before accepting requests; otherwise the first request does)."""
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if not self._supervisor.ready:
+                await self._supervisor.start()
 
     # ==== Engine ====
 
@@ -196,14 +206,16 @@ class LlamaServerEngine(Engine):
     ) -> AsyncGenerator[GenerationChunk, None]:
         self.prepare(prompt_ids, params)  # context errors before anything else
         sup = self._supervisor
+        if sup.pid is None and sup.failed is None:
+            await self.connect()  # never started (a library user, `chatfmt chat`)
         if not await sup.wait_ready(RESTART_GRACE) or self._remote is None:
             raise EngineUnavailableError(self._unavailable())
         restarts = sup.restarts
         try:
             async for chunk in self._remote.stream(prompt_ids, params):
                 yield chunk
-        except EngineUnavailableError:
-            raise
+        except (EngineUnavailableError, RemoteHTTPError):
+            raise  # the child answered, or the remote engine already said it is unreachable
         except EngineError as exc:
             # A broken stream from a child that has died is the engine being unavailable
             # (503: try again), not a bad request.
@@ -225,6 +237,8 @@ class LlamaServerEngine(Engine):
         sup = self._supervisor
         if sup.failed:
             return f"the engine is down: {sup.failed}"
+        if sup.pid is None:
+            return "the engine (llama-server) is not started"
         return "the engine (llama-server) is restarting after a crash; retry in a few seconds"
 
     async def health(self) -> bool:

@@ -302,7 +302,9 @@ class RemoteEngine(Engine):
         try:
             resp = await self._open(self._body(prompt, params, budget))
         except RemoteHTTPError as exc:
-            if exc.status_code not in (400, 422) or self._prompt_mode == "text":
+            # llama.cpp servers and vLLM take id prompts: their 400 is about something else.
+            known = self._flavor in ("llama.cpp", "vllm")
+            if exc.status_code not in (400, 422) or self._prompt_mode == "text" or known:
                 raise
             # The server rejected a token-id prompt: fall back to a verified text prompt.
             self._prompt_mode = "text"

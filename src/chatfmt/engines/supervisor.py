@@ -4,9 +4,9 @@ The managed engine runs llama.cpp's ``llama-server`` as a child. What can go wro
 child, and what this module does about it:
 
 - **It crashes.** A watcher task notices the exit, keeps the last lines of its log for the
-  error message, and starts it again (on a fresh port) after a short, growing pause. A child
-  that keeps crashing right after starting is given up after ``max_restarts`` tries in a row;
-  :attr:`Supervisor.failed` then says why.
+  error message, and starts it again (on a fresh port) after a short, growing pause (at most
+  30 s). After ``max_restarts`` failed starts in a row :attr:`Supervisor.failed` says why; the
+  supervisor keeps trying. Any failure of its own is reported there too, never swallowed.
 - **It never becomes ready.** :meth:`Supervisor.start` waits for the readiness probe up to
   ``startup_timeout`` and fails with the child's own last log lines, which name the cause
   (a bad model file, no memory, a port in use).
@@ -38,6 +38,10 @@ log = logging.getLogger("chatfmt.engine")
 
 #: ``prctl`` option: the signal the kernel sends the child when its parent thread exits.
 _PR_SET_PDEATHSIG = 1
+#: Environment variables of this process that the child does not inherit.
+_CHILD_ENV_PREFIXES = ("LLAMA_ARG_", "LLAMA_API_KEY")
+#: The most of one log line kept (a verbose child can log whole requests on one line).
+_LOG_LINE_LIMIT = 4096
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -95,7 +99,10 @@ class Supervisor:
         self.name = name
         self._command = command
         self._probe = probe
-        self._env = {**os.environ, **(env or {})}
+        # llama.cpp reads its options from LLAMA_ARG_* too: inherited ones would silently
+        # change the child chatfmt configured (its host, its TLS, its key).
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(_CHILD_ENV_PREFIXES)}
+        self._env = {**inherited, **(env or {})}
         self._host = host
         self._startup_timeout = startup_timeout
         self._stop_timeout = stop_timeout
@@ -139,7 +146,14 @@ class Supervisor:
     # ==== Lifecycle ====
 
     async def start(self) -> None:
-        """Start the child and wait until it is ready; :class:`EngineError` if it cannot."""
+        """Start the child and wait until it is ready; :class:`EngineError` if it cannot.
+
+        While the child is supervised already (running, or being restarted) this only waits
+        for it to be ready: there is never a second child."""
+        if self._watcher is not None and not self._watcher.done():
+            if not await self.wait_ready(self._startup_timeout):
+                raise EngineError(self.failed or f"{self.name} is not ready")
+            return
         self._stopping = False
         self.failed = None
         try:
@@ -148,9 +162,33 @@ class Supervisor:
             self.failed = str(exc)
             raise
         self._watcher = asyncio.create_task(self._watch(), name=f"{self.name}-watcher")
+        self._watcher.add_done_callback(self._watcher_ended)
+
+    def _watcher_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        # A bug of ours must not leave requests waiting for a restart that never comes.
+        self.failed = f"{self.name} supervision failed: {task.exception()!r}"
+        log.error("%s", self.failed)
 
     async def _launch(self) -> None:
         """Start one child process and wait for readiness (a new port each time)."""
+        try:
+            for _attempt in range(3):
+                try:
+                    await self._launch_once()
+                    return
+                except _PortTaken as exc:
+                    log.warning("%s", exc)
+            raise EngineError(f"{self.name}: three free ports were taken by other processes")
+        except EngineError:
+            raise
+        except Exception as exc:  # no file descriptors, a probe that failed oddly, ...
+            if self._proc is not None and self._proc.returncode is None:
+                _signal_group(self._proc.pid, signal.SIGKILL)
+            raise EngineError(f"cannot start {self.name}: {exc!r}") from exc
+
+    async def _launch_once(self) -> None:
         self._ready.clear()
         self.port = free_port(self._host)
         argv = list(self._command(self.port))
@@ -179,6 +217,13 @@ class Supervisor:
                     f"its last output:\n{self.log_tail()}"
                 )
             if await self._probe(self.port):
+                if owns_port(self._proc.pid, self.port) is False:
+                    # Someone else bound the port between our choosing it and the child
+                    # binding it: never send them the key or a prompt.
+                    _signal_group(self._proc.pid, signal.SIGKILL)
+                    raise _PortTaken(
+                        f"port {self.port} answers, but not from {self.name}; trying another"
+                    )
                 break
             if time.monotonic() > deadline:
                 _signal_group(self._proc.pid, signal.SIGKILL)
@@ -194,9 +239,15 @@ class Supervisor:
 
     async def _read_log(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        while line := await proc.stdout.readline():
+        while True:
+            try:
+                line = await proc.stdout.readline()
+            except ValueError:  # a line longer than the stream's limit: keep its start
+                line = await proc.stdout.read(_LOG_LINE_LIMIT)
+            if not line:
+                return
             text = line.decode("utf-8", "replace").rstrip()
-            self._log.append(text)
+            self._log.append(text[:_LOG_LINE_LIMIT])
             log.debug("%s: %s", self.name, text)
 
     async def _drain_log(self) -> None:
@@ -232,11 +283,12 @@ class Supervisor:
                 except EngineError as exc:
                     failures += 1
                     if failures >= self._max_restarts:
+                        # Still trying (every 30 s at most), but say what keeps failing.
                         self.failed = f"{self.name} failed {failures} times in a row: {exc}"
                         log.error("%s", self.failed)
-                        return
                     continue
                 failures = 0
+                self.failed = None
                 break
 
     async def stop(self) -> None:
@@ -245,7 +297,7 @@ class Supervisor:
         self._ready.clear()
         if self._watcher is not None:
             self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(BaseException):  # its failure was logged already
                 await self._watcher
             self._watcher = None
         proc = self._proc
@@ -261,7 +313,7 @@ class Supervisor:
             _signal_group(proc.pid, signal.SIGKILL)
         if self._reader is not None:
             self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(BaseException):
                 await self._reader
         _LIVE.discard(self)
 
@@ -270,6 +322,35 @@ class Supervisor:
         self._stopping = True
         if self._proc is not None and self._proc.returncode is None:
             _signal_group(self._proc.pid, signal.SIGKILL)
+
+
+class _PortTaken(EngineError):
+    pass
+
+
+def owns_port(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the socket listening on loopback TCP ``port`` (from
+    ``/proc``); ``None`` where that cannot be told (no ``/proc``)."""
+    inodes: set[str] = set()
+    try:
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with contextlib.suppress(FileNotFoundError), open(table, encoding="ascii") as f:
+                for row in f.readlines()[1:]:
+                    fields = row.split()
+                    # local_address is HEXIP:HEXPORT; state 0A is LISTEN; field 9 the inode
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(fields[9])
+        if not inodes:
+            return None
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+    return False
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

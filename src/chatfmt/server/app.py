@@ -60,7 +60,7 @@ def create_app(
     install_error_handler(app)
     app.add_middleware(BodyLimitMiddleware, limit=limits.max_body_bytes)
     # Outermost, so that answers from the middleware above (413) are counted too.
-    app.add_middleware(CountRequests, metrics=metrics)
+    app.add_middleware(CountRequests, metrics=metrics, routes=app.router)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:

@@ -30,21 +30,6 @@ from ..tokenizers.base import Tokenizer
 _TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 
-#: Routes counted by their own name; anything else (404s, scanners) is ``other``, so a client
-#: cannot grow the label set without bound.
-_ROUTES = frozenset(
-    {
-        "/v1/chat/completions",
-        "/v1/models",
-        "/tokenize",
-        "/health",
-        "/metrics",
-        "/",
-        "/api/chat",
-        "/api/interpreter",
-    }
-)
-
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -86,11 +71,12 @@ class ServerMetrics:
         self.engine_up = Gauge(
             "chatfmt_engine_up", "1 when the engine can serve requests.", registry=r
         )
-        self.engine_restarts = Gauge(
-            "chatfmt_engine_restarts_total",
+        self.engine_restarts = Counter(
+            "chatfmt_engine_restarts",
             "Times the engine process was restarted after it exited unexpectedly.",
             registry=r,
         )
+        self._restarts_seen = 0
         self.slots = Gauge(
             "chatfmt_engine_slots", "Sequences the engine decodes at once.", registry=r
         )
@@ -115,7 +101,10 @@ class ServerMetrics:
         engine = self.engine
         self.engine_up.set(1 if await engine.health() else 0)
         supervisor = getattr(engine, "supervisor", None)
-        self.engine_restarts.set(getattr(supervisor, "restarts", 0))
+        restarts = int(getattr(supervisor, "restarts", 0))
+        if restarts > self._restarts_seen:  # the supervisor counts; the counter follows it
+            self.engine_restarts.inc(restarts - self._restarts_seen)
+            self._restarts_seen = restarts
         self.slots.set(getattr(engine, "parallel", 1))
         load = getattr(engine, "load", None)
         stats: dict[str, float] = await load() if load is not None else {}
@@ -127,21 +116,15 @@ class ServerMetrics:
 class CountRequests:
     """ASGI middleware: every HTTP request counted by route and status, and those in flight."""
 
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics, routes: Any = None) -> None:
         self.app = app
         self.metrics = metrics
+        self.routes = routes  # the application's routes, for requests answered before routing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = str(scope.get("path", ""))
-        if path in _ROUTES:
-            route = path
-        elif path.startswith("/v1/models/"):
-            route = "/v1/models/{id}"
-        else:
-            route = "other"
         status = 500  # an app that fails before answering has answered 500
 
         async def watch(message: Message) -> None:
@@ -155,7 +138,31 @@ class CountRequests:
             await self.app(scope, receive, watch)
         finally:
             self.metrics.in_flight.dec()
+            # The route's template, as the router matched it ("/v1/models/{model_id}"); a path
+            # no route matched is "other", so a client cannot grow the label set.
+            route = getattr(scope.get("route"), "path", None) or self._static(scope)
             self.metrics.requests.labels(route, str(status)).inc()
+
+    def _static(self, scope: Scope) -> str:
+        """The label of a request answered before routing (413 by the body limit): its path
+        when that is a route's own parameterless path, else "other" (a raw path with an id in
+        it would let clients grow the label set)."""
+        path = scope.get("path")
+        return path if isinstance(path, str) and path in _static_paths(self.routes) else "other"
+
+
+def _static_paths(router: Any) -> set[str]:
+    """The parameterless paths of ``router``'s routes, included routers' too."""
+    out: set[str] = set()
+    for route in getattr(router, "routes", ()):
+        path = getattr(route, "path", None)
+        if isinstance(path, str) and "{" not in path:
+            out.add(path)
+        # FastAPI keeps an included router behind a wrapper (original_router).
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            out |= _static_paths(inner)
+    return out
 
 
 class MeteredEngine(Engine):
