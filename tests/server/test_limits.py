@@ -476,6 +476,23 @@ def test_slow_headers_are_cut_off(make_fake, qwen_dialect) -> None:
             assert read_response(sock).status == 200
 
 
+def test_a_trickled_body_is_cut_off(make_fake, qwen_dialect) -> None:
+    limits = ServerLimits(body_timeout=1.0)
+    app = create_app(make_fake(), qwen_dialect, model_name="m", limits=limits)
+    with serve(app, limits) as srv:
+        body = json.dumps({"messages": USER_HI}).encode()
+        # A body that arrives within the deadline is served, however it is split.
+        with connect(srv) as sock:
+            sock.sendall(post_head("/v1/chat/completions", len(body)) + body[:5])
+            time.sleep(0.5)
+            sock.sendall(body[5:])
+            assert read_response(sock).status == 200
+        # One that declares more than it sends in time: the connection is closed.
+        with connect(srv) as sock:
+            sock.sendall(post_head("/v1/chat/completions", len(body) + 1000) + body)
+            assert (closed_within(sock, 4) or 99) < 4
+
+
 def test_connections_per_client_are_capped(make_fake, qwen_dialect) -> None:
     limits = ServerLimits(max_connections_per_client=3)
     app = create_app(make_fake(), qwen_dialect, model_name="m", limits=limits)

@@ -285,11 +285,16 @@ def _limits(args: argparse.Namespace) -> Any:
     from ..server.limits import ServerLimits
 
     per_client = args.max_connections_per_client
+    if per_client < 0:
+        raise _UsageError(
+            f"--max-connections-per-client must be 0 (no cap) or more, got {per_client}"
+        )
     for flag, value in (
         ("--max-body-mb", args.max_body_mb),
         ("--max-messages", args.max_messages),
         ("--max-tools", args.max_tools),
         ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
     ):
         if not value > 0:
             raise _UsageError(f"{flag} must be positive, got {value}")
@@ -299,6 +304,7 @@ def _limits(args: argparse.Namespace) -> Any:
             max_messages=args.max_messages,
             max_tools=args.max_tools,
             header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
             max_connections_per_client=per_client if per_client > 0 else None,
         )
     except ValueError as exc:
@@ -465,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a connection must send its request headers within this (default: 20)",
     )
+    limits.add_argument("--body-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="a request body must arrive within this of its headers "
+                        "(default: 60)")  # fmt: skip
     limits.add_argument("--max-connections-per-client", type=int, default=64, metavar="N",
                         help="open connections one client address may hold; 0 for no cap, e.g. "
                         "behind a reverse proxy (default: 64)")  # fmt: skip

@@ -26,6 +26,7 @@ SETTING_FLAGS: Mapping[str, str] = {
     "max_messages": "--max-messages",
     "max_tools": "--max-tools",
     "header_timeout": "--header-timeout",
+    "body_timeout": "--body-timeout",
     "max_connections_per_client": "--max-connections-per-client",
 }
 
@@ -49,6 +50,8 @@ class ServerLimits:
     * ``max_tools`` (512): four times OpenAI's own limit of 128 tools.
     * ``header_timeout`` (20 s): request headers are one small write; only a client that
       holds connections open on purpose (slowloris) needs more.
+    * ``body_timeout`` (60 s): from complete headers to the end of the body; a full 8 MiB
+      body at 1 Mbit/s takes about as long, and chat bodies are far smaller.
     * ``max_connections_per_client`` (64): ten times a browser's pool, enough for an agent's
       parallel calls; ``None`` turns it off (behind a reverse proxy every client has its
       address).
@@ -59,6 +62,7 @@ class ServerLimits:
     max_tools: int = 512
     header_timeout: float = 20.0
     max_connections_per_client: int | None = 64
+    body_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_messages", "max_tools", "max_connections_per_client"):
@@ -67,11 +71,12 @@ class ServerLimits:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ServerLimits.{name} must be a positive integer, got {value!r}")
-        timeout = self.header_timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(
-                f"ServerLimits.header_timeout must be a positive number of seconds, got {timeout!r}"
-            )
+        for name in ("header_timeout", "body_timeout"):
+            timeout = getattr(self, name)
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+                raise ValueError(
+                    f"ServerLimits.{name} must be a positive number of seconds, got {timeout!r}"
+                )
 
 
 DEFAULT_LIMITS = ServerLimits()

@@ -73,6 +73,9 @@ class GuardedH11Protocol(H11Protocol):
     uvicorn's own ``timeout_keep_alive``); it ends when the headers are complete. A connection
     still without complete headers at the deadline is closed.
 
+    Once the headers are complete, the body must arrive within ``body_timeout`` (a client
+    that declares a large body and trickles it would hold its socket and task for ever).
+
     A connection beyond ``max_connections_per_client`` from one address is answered 429 as
     soon as its request headers arrive, and closed; one beyond twice the cap is closed at
     once, since a client that keeps opening connections past their refusals is not waiting
@@ -92,6 +95,7 @@ class GuardedH11Protocol(H11Protocol):
         super().__init__(config, server_state, app_state, _loop)
         self._counted_host: str | None = None
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
 
     # ==== Connection events ====
 
@@ -116,15 +120,19 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         if not self._between_requests():
             self._disarm_header_timer()
+            self._watch_body()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         # A pipelined request already buffered may have started here, headers complete.
+        self._disarm_body_timer()
         if not self._between_requests():
             self._disarm_header_timer()
+            self._watch_body()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        self._disarm_body_timer()
         if self._counted_host is not None:
             self.clients.remove(self._counted_host)
             self._counted_host = None
@@ -157,6 +165,33 @@ class GuardedH11Protocol(H11Protocol):
             )
             # connection_lost tells h11, as uvicorn's own keep-alive timeout does.
             self.transport.close()
+
+    # ==== Body deadline ====
+
+    def _watch_body(self) -> None:
+        """Headers are complete: the body must follow within ``body_timeout``."""
+        if self.cycle is not None and self.cycle.more_body:
+            if self._body_timer is None:
+                self._body_timer = self.loop.call_later(
+                    self.limits.body_timeout, self._body_too_slow
+                )
+        else:
+            self._disarm_body_timer()
+
+    def _disarm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_too_slow(self) -> None:
+        self._body_timer = None
+        if self.cycle is not None and self.cycle.more_body and not self.transport.is_closing():
+            log.info(
+                "closing a connection from %s: request body not complete within %g s",
+                self.client[0] if self.client else "a client",
+                self.limits.body_timeout,
+            )
+            self.transport.close()  # the app's receive() then reports a disconnect
 
 
 def guarded_protocol(limits: ServerLimits = DEFAULT_LIMITS) -> type[GuardedH11Protocol]:
