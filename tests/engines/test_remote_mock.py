@@ -284,3 +284,22 @@ def test_text_only_output_splits_only_the_dialects_text_controls(small_glm) -> N
 
 async def collect(stream: Any) -> list[Any]:
     return [chunk async for chunk in stream]
+
+
+def test_json_schema_goes_to_llama_cpp_and_is_refused_elsewhere(qwen) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    srv = Server(
+        "llamacpp", lambda body: httpx.Response(200, content=sse(native("{}", [90, 92], "eos")))
+    )
+    eng = engine(qwen, srv, context_length=2048)
+    assert eng.constrains_json is False  # not known until the server kind is detected
+    gen = asyncio.run(
+        eng.generate(prompt_of(qwen), SamplingParams(max_tokens=5, json_schema=schema))
+    )
+    assert gen.token_ids == [90, 92] and srv.bodies[0]["json_schema"] == schema
+    assert eng.constrains_json is True
+    vllm = engine(qwen, Server("vllm", lambda body: httpx.Response(500)), context_length=2048)
+    with pytest.raises(EngineError, match="cannot constrain output to a JSON schema"):
+        asyncio.run(
+            vllm.generate(prompt_of(qwen), SamplingParams(max_tokens=5, json_schema=schema))
+        )

@@ -478,3 +478,16 @@ def test_stream_equals_whole(make_fake, qwen_dialect, parts: list[str]) -> None:
     ]
     assert [calls[i] for i in sorted(calls)] == expected
     assert events[-1]["choices"][0]["finish_reason"] == whole["finish_reason"]
+
+
+def test_response_format_on_an_engine_that_cannot_constrain(make_fake, qwen_dialect) -> None:
+    app = create_app(make_fake(), qwen_dialect, model_name="m")
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    r = chat(app, {"messages": USER_HI, "response_format": fmt})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "unsupported_response_format"
+    assert r.json()["error"]["param"] == "response_format"
+    # Free text needs nothing; a json_schema without a schema is a malformed request.
+    assert chat(app, {"messages": USER_HI, "response_format": {"type": "text"}}).status_code == 200
+    bad = chat(app, {"messages": USER_HI, "response_format": {"type": "json_schema"}})
+    assert bad.status_code == 400 and "json_schema" in bad.json()["error"]["message"]

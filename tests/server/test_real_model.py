@@ -315,3 +315,39 @@ def test_load_32_concurrent_streams(server: ServerThread) -> None:
         digits = "".join(ch for ch in text if ch.isdigit())
         assert str(number) in digits or digits in str(number), (number, text)
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def test_response_format_json_schema(server: ServerThread, client: Any) -> None:
+    """The reply is JSON matching the schema on an engine that constrains sampling; an engine
+    that cannot is refused with 400 rather than answered in free text."""
+    engine = server.app.state.service.engine
+    ask = {
+        "model": "default",
+        "messages": [{"role": "user", "content": "Invent a person. Reply with prose only."}],
+        "temperature": 0,
+        "max_tokens": 60,
+    }
+    formats = [
+        {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
+        {"type": "json_object"},
+    ]
+    for fmt in formats:
+        if not engine.constrains_json:
+            with pytest.raises(openai.BadRequestError) as info:
+                client.chat.completions.create(**ask, response_format=fmt)
+            assert info.value.body["code"] == "unsupported_response_format"
+            continue
+        out = client.chat.completions.create(**ask, response_format=fmt)
+        data = json.loads(out.choices[0].message.content)
+        assert isinstance(data, dict), data
+        if fmt["type"] == "json_schema":
+            assert set(data) == {"name", "age"}, data
+            assert isinstance(data["name"], str) and isinstance(data["age"], int)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..errors import EngineError
 from ..tokenizers.base import Tokenizer
@@ -44,6 +44,9 @@ class SamplingParams:
     seed: int | None = None
     stop_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
+    #: Constrain the whole completion to JSON matching this JSON schema (engines whose
+    #: :attr:`Engine.constrains_json` is true; others raise :class:`EngineError`).
+    json_schema: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -84,6 +87,11 @@ class Engine(ABC):
 
     #: A short description for logs and ``/health`` (``"local:/path/model.gguf"``).
     name: str = "engine"
+
+    @property
+    def constrains_json(self) -> bool:
+        """Whether :attr:`SamplingParams.json_schema` is enforced while sampling."""
+        return False
 
     @property
     @abstractmethod

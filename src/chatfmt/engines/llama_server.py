@@ -129,6 +129,10 @@ class LlamaServerEngine(Engine):
         return self._tokenizer
 
     @property
+    def constrains_json(self) -> bool:
+        return True
+
+    @property
     def supervisor(self) -> Supervisor:
         """The child's supervisor (pid, port, restarts, log tail)."""
         return self._supervisor

@@ -233,7 +233,21 @@ class RemoteEngine(Engine):
             if self._flavor == "llama.cpp":
                 del body["max_tokens"], body["model"]
                 body.update(n_predict=budget, return_tokens=True, cache_prompt=True)
+        if params.json_schema is not None:
+            if not self.constrains_json:
+                raise EngineError(
+                    f"the engine at {self.base_url} ({self._flavor or 'unknown'} server) cannot "
+                    "constrain output to a JSON schema here; serve the model with llama.cpp's "
+                    "llama-server"
+                )
+            body["json_schema"] = dict(params.json_schema)  # llama-server compiles it
         return body
+
+    @property
+    def constrains_json(self) -> bool:
+        # llama-server turns json_schema into a grammar. (vLLM can too, with parameters that
+        # changed across its releases; not sent until tested against one.)
+        return self._flavor == "llama.cpp"
 
     def _path(self) -> str:
         # llama-server's OpenAI endpoint drops token ids from its chunks; its own one keeps them.

@@ -185,6 +185,10 @@ class MeteredEngine(Engine):
     def tokenizer(self) -> Tokenizer:
         return self.inner.tokenizer
 
+    @property
+    def constrains_json(self) -> bool:
+        return self.inner.constrains_json
+
     async def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncGenerator[GenerationChunk, None]:

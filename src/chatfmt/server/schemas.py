@@ -112,6 +112,38 @@ class StreamOptions(_Lenient):
     include_usage: StrictBool = False
 
 
+class JsonSchemaFormat(_Lenient):
+    name: str | None = None
+    description: str | None = None
+    #: ``schema`` in JSON (the attribute name would shadow pydantic's own).
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Lenient):
+    """OpenAI's ``response_format``: free text, any JSON object, or JSON matching a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError(
+                'type "json_schema" needs "json_schema": {"name": ..., "schema": {...}}'
+            )
+        return self
+
+    @property
+    def constraint(self) -> dict[str, Any] | None:
+        """The JSON schema the whole reply must match (``None`` for free text)."""
+        if self.type == "json_object":
+            return {"type": "object"}
+        if self.type == "json_schema" and self.json_schema is not None:
+            return self.json_schema.json_schema
+        return None
+
+
 class ChatCompletionRequest(_Lenient):
     """The body of ``POST /v1/chat/completions`` (and of ``POST /tokenize``)."""
 
@@ -131,6 +163,7 @@ class ChatCompletionRequest(_Lenient):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
 
     @field_validator("tool_choice", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -233,6 +234,7 @@ class ChatService:
         else:
             max_tokens = requested
         stops = tuple(req.stop_list)
+        schema = self._json_constraint(req)
         params = SamplingParams(
             max_tokens=max_tokens,
             temperature=1.0 if req.temperature is None else req.temperature,
@@ -240,6 +242,7 @@ class ChatService:
             seed=req.seed,
             stop_ids=tuple(sorted(self.stop_ids)),
             stop_strings=(*self.dialect.stop_strings(), *stops),
+            json_schema=schema,
         )
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         pieces = tuple(
@@ -308,6 +311,33 @@ class ChatService:
                 param="messages",
                 code="context_length_exceeded",
             )
+
+    def _json_constraint(self, req: ChatCompletionRequest) -> dict[str, Any] | None:
+        """The schema ``response_format`` asks the reply to match, checked against what the
+        engine can do: a request it cannot honour is refused, never silently answered in
+        free text."""
+        fmt = req.response_format
+        schema = fmt.constraint if fmt is not None else None
+        if fmt is None or schema is None:
+            return None
+        if not self.engine.constrains_json:
+            raise ApiError(
+                400,
+                f"response_format {fmt.type!r} needs an engine that constrains sampling; "
+                f"this server's engine ({self.engine.name}) cannot. Serve with "
+                "--engine llama-server (the default) or a llama.cpp server",
+                param="response_format",
+                code="unsupported_response_format",
+            )
+        if req.tools and req.tool_choice != "none":
+            raise ApiError(
+                400,
+                "response_format with tools the model may call is not supported yet: the reply "
+                'would have to be JSON or a tool call. Send tool_choice "none", or no tools',
+                param="response_format",
+                code="unsupported_response_format",
+            )
+        return schema
 
     def _forced_call(self, req: ChatCompletionRequest, tools: list[Tool]) -> tuple[Segment, ...]:
         """``tool_choice`` "required" or a named function: the dialect's call opening, so the
