@@ -12,6 +12,7 @@ import json
 import sys
 
 import uvicorn
+from server_helpers import loopback_config  # this file's folder is on sys.path
 
 from chatfmt.dialects import get_dialect
 from chatfmt.engines.fake import FakeEngine
@@ -23,16 +24,7 @@ from chatfmt.tokenizers import load_tokenizer
 async def main(limits: ServerLimits) -> None:
     engine = FakeEngine(load_tokenizer("qwen2.5"), ["Hello there!<|im_end|>"])
     app = create_app(engine, get_dialect("qwen2.5"), model_name="m", limits=limits)
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        log_level="warning",
-        lifespan="off",
-        timeout_keep_alive=30,
-        **uvicorn_options(limits),
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(loopback_config(app, **uvicorn_options(limits)))
     task = asyncio.create_task(server.serve())
     while not server.started and not task.done():
         await asyncio.sleep(0.01)

@@ -57,25 +57,38 @@ TIME_TOOL: dict[str, Any] = {
 }
 
 
+def loopback_config(app: Any, **options: Any) -> Any:
+    """A uvicorn config for ``app`` on a free 127.0.0.1 port (``options``: more settings,
+    e.g. ``uvicorn_options(limits)``)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="off",
+        timeout_keep_alive=30,
+        **options,
+    )
+
+
 class ServerThread:
     """A real uvicorn server on a free 127.0.0.1 port, in a background thread."""
 
-    def __init__(self, app: Any, startup: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        startup: Callable[[], Awaitable[None]] | None = None,
+        **options: Any,
+    ) -> None:
         import threading
 
         import uvicorn
 
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=0,
-            log_level="warning",
-            lifespan="off",
-            timeout_keep_alive=30,
-        )
         self.app = app
         # uvicorn skips signal handlers outside the main thread; stop it with should_exit.
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(loopback_config(app, **options))
         self._startup = startup
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)

@@ -30,20 +30,7 @@ from chatfmt.server.limits import DEFAULT_LIMITS, MIB, ServerLimits, uvicorn_opt
 
 def serve(app: Any, limits: ServerLimits = DEFAULT_LIMITS) -> ServerThread:
     """A real uvicorn server run as ``chatfmt serve`` runs it: with ``uvicorn_options``."""
-    import uvicorn
-
-    srv = ServerThread(app)
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        log_level="warning",
-        lifespan="off",
-        timeout_keep_alive=30,
-        **uvicorn_options(limits),
-    )
-    srv.server = uvicorn.Server(config)
-    return srv
+    return ServerThread(app, **uvicorn_options(limits))
 
 
 def port_of(srv: ServerThread) -> int:
