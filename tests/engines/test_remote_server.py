@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,38 +22,14 @@ QWEN = get_dialect("qwen2.5")
 
 
 @pytest.fixture(scope="module")
-def url(default_model_path: Path) -> Iterator[str]:
+def url(default_model_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     given = os.environ.get("CHATFMT_REMOTE_URL")
     if given:
         yield given
         return
-    httpx = pytest.importorskip("httpx")
-    from chatfmt.engines.llama_server import find_llama_server
-    from chatfmt.engines.supervisor import free_port
-
-    try:
-        binary = find_llama_server()
-    except ImportError:
-        pytest.skip("llama-server is not installed (pip install 'chatfmt[local]')")
-    port = free_port()
-    argv = [str(binary), "--model", str(default_model_path), "--port", str(port)]
-    argv += ["--host", "127.0.0.1", "--parallel", "2", "--threads", "1", "--no-webui"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "llama-server failed"
-            time.sleep(0.1)
+    raw = request.getfixturevalue("raw_llama_server")
+    with raw(default_model_path, "--parallel", "2", "--threads", "1") as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def run(url: str, body: Any) -> Any:

