@@ -66,6 +66,27 @@ def test_restarts_after_a_crash_and_stops_cleanly() -> None:
     asyncio.run(main())
 
 
+def test_wait_ready_right_after_a_crash_waits_for_the_restart() -> None:
+    """The child is dead (its exit status known) before the watcher has run: the old
+    readiness must not be taken for the new one (CI saw ``wait_ready`` answer False at once)."""
+
+    async def main() -> None:
+        sup = supervisor()
+        await sup.start()
+        first = sup.pid
+        assert first is not None and sup._proc is not None
+        os.kill(first, signal.SIGKILL)
+        # Wait for the exit status alone, as a request that saw the connection drop does.
+        while sup._proc.returncode is None:
+            await asyncio.sleep(0)
+        assert not sup.ready
+        assert await sup.wait_ready(30), sup.log_tail()
+        assert sup.pid != first and sup.restarts == 1
+        await sup.stop()
+
+    asyncio.run(main())
+
+
 def test_a_squatter_on_the_port_is_never_trusted() -> None:
     """Another process listening on the chosen port answers the probe; the child is not it."""
     squatters: list[socket.socket] = []

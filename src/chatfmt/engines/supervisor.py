@@ -137,11 +137,20 @@ class Supervisor:
 
     async def wait_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the child to be ready; whether it is."""
-        if self.ready:
-            return True
-        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        return self.ready
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.ready:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            if self._ready.is_set():
+                # Stale: the child has exited but the watcher has not run yet to clear the
+                # flag and restart it. Waiting on the event would return at once.
+                await asyncio.sleep(min(0.05, remaining))
+                continue
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), remaining)
+        return True
 
     # ==== Lifecycle ====
 
