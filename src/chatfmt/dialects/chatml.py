@@ -16,11 +16,12 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..errors import ValidationError
+from ..grammar import Grammar
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect
-from .hermes import HermesParser
+from .hermes import HermesParser, hermes_call_grammar
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -147,6 +148,16 @@ class ChatML(Dialect):
             return (Control(TOOL_CALL, False), Text("\n"))
         opening = '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
         return (Control(TOOL_CALL, False), Text(opening))
+
+    def call_grammar(
+        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """Tagged calls; when lazy, also the bare and fenced JSON forms small Qwen models
+        write (switched on by ``<tool_call>``, a reply starting ``{"name":``, or a
+        ```` ```json ```` fence holding one)."""
+        return hermes_call_grammar(
+            tools, TOOL_CALL, TOOL_CALL_END, required=required, single=single
+        )
 
     def _header(self, role: str, metadata: str | None) -> str:
         return f"{role} {metadata}" if metadata else role

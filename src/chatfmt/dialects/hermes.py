@@ -24,8 +24,10 @@ from ..events import (
     ToolCallEnd,
     ToolCallStart,
 )
+from ..grammar import CallRules, Grammar, Trigger
+from ..grammar.gbnf import literal
 from ..jsonscan import WS, CallScanner, empty_arguments
-from ..messages import ToolCall
+from ..messages import Tool, ToolCall
 from .base import StreamParser, finish_reason_for, single_message_result
 
 _NON_WS = re.compile(r"[^ \t\r\n]")
@@ -459,3 +461,31 @@ class HermesParser(StreamParser):
             self._droppable = False
             self._drop_ws = ""
         self._emit_text(text)
+
+
+# A reply that starts as a JSON call object, or a fenced one anywhere in it.
+_BARE_CALL = r'\s*(\{\s*"name"\s*:)[\s\S]*'
+_FENCED_CALL = r'(```(?:json)?\s*\{\s*"name"\s*:)'
+
+
+def hermes_call_grammar(
+    tools: Sequence[Tool], open_tag: str, close_tag: str, *, required: bool, single: bool
+) -> Grammar:
+    """Calls in ``open_tag`` … ``close_tag``; when lazy, also bare and fenced JSON calls."""
+    c = CallRules(tools)
+    call, ws = c.call_object(), c.ws
+    tagged = c.rules.add(
+        "tagged-call", f"{literal(open_tag)} {ws} {call} {ws} {literal(close_tag)}"
+    )
+    calls = c.many(tagged, single=single)
+    if required:
+        return c.grammar(calls, preserved=(open_tag, close_tag))
+    fenced = c.rules.add("fenced-call", f'"```" "json"? {ws} {call} {ws} "```"')
+    triggers = (
+        Trigger("word", open_tag),
+        Trigger("pattern_full", _BARE_CALL),
+        Trigger("pattern", _FENCED_CALL),
+    )
+    return c.grammar(
+        f"{calls} | {call} | {fenced}", triggers=triggers, preserved=(open_tag, close_tag)
+    )

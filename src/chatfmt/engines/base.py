@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from ..errors import EngineError
+from ..grammar import Grammar
 from ..tokenizers.base import Tokenizer
+
+#: What an engine can constrain: nothing, whole completions, or also lazily (after a trigger).
+GrammarSupport = Literal["none", "full", "lazy"]
 
 EngineFinish = Literal["stop", "length"]
 
@@ -44,9 +48,9 @@ class SamplingParams:
     seed: int | None = None
     stop_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
-    #: Constrain the whole completion to JSON matching this JSON schema (engines whose
-    #: :attr:`Engine.constrains_json` is true; others raise :class:`EngineError`).
-    json_schema: Mapping[str, Any] | None = None
+    #: Constrain sampling to this grammar (see :attr:`Engine.grammar_support`; an engine
+    #: that cannot enforce it raises :class:`EngineError` instead of ignoring it).
+    grammar: Grammar | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -89,9 +93,24 @@ class Engine(ABC):
     name: str = "engine"
 
     @property
-    def constrains_json(self) -> bool:
-        """Whether :attr:`SamplingParams.json_schema` is enforced while sampling."""
-        return False
+    def grammar_support(self) -> GrammarSupport:
+        """Which :attr:`SamplingParams.grammar` this engine enforces while sampling:
+        ``"none"``, ``"full"`` (a grammar for the whole completion) or ``"lazy"`` (also
+        grammars switched on by triggers, as tool calls in free text need)."""
+        return "none"
+
+    def check_grammar(self, params: SamplingParams) -> None:
+        """Raise :class:`EngineError` if ``params.grammar`` is one this engine cannot enforce."""
+        g = params.grammar
+        if g is None:
+            return
+        support = self.grammar_support
+        if support == "none" or (g.lazy and support != "lazy"):
+            kind = "a lazy grammar (tool calls in free text)" if g.lazy else "a grammar"
+            raise EngineError(
+                f"this engine ({self.name}) cannot enforce {kind}; use llama.cpp's "
+                "llama-server (chatfmt's default engine, or a remote one)"
+            )
 
     @property
     @abstractmethod

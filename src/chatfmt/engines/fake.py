@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from ..decoding import split_controls
 from ..errors import EngineError
 from ..tokenizers.base import Tokenizer
-from .base import Engine, GenerationChunk, SamplingParams
+from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams
 
 Reply = str | Sequence[int]
 Script = Sequence[Reply] | Callable[[list[int]], Reply]
@@ -24,8 +24,10 @@ class FakeEngine(Engine):
     a reply that runs out without a stop id ends with ``stop`` too (as at end of text).
 
     ``delay`` sleeps between tokens; ``fail_after`` raises :class:`EngineError` after that many
-    tokens (0: before the first; at the end of a shorter reply). Every prompt is recorded in
-    :attr:`prompts`, and :attr:`cancelled` counts streams closed before they finished.
+    tokens (0: before the first; at the end of a shorter reply). ``grammar_support`` is what it
+    claims to enforce (it enforces nothing). Every prompt is recorded in
+    :attr:`prompts`, its sampling parameters in :attr:`params`, and :attr:`cancelled` counts
+    streams closed before they finished.
     """
 
     name = "fake"
@@ -39,6 +41,7 @@ class FakeEngine(Engine):
         delay: float = 0.0,
         fail_after: int | None = None,
         text_controls: Sequence[str] | None = None,
+        grammar_support: GrammarSupport = "none",
     ) -> None:
         self._tokenizer = tokenizer
         self._text_controls = list(tokenizer.controls if text_controls is None else text_controls)
@@ -51,6 +54,12 @@ class FakeEngine(Engine):
         self.params: list[SamplingParams] = []
         self.cancelled = 0
         self.finished = 0
+        self._grammar_support: GrammarSupport = grammar_support
+
+    @property
+    def grammar_support(self) -> GrammarSupport:
+        """As given: the fake replays its script whatever the grammar (it records it)."""
+        return self._grammar_support
 
     @property
     def context_length(self) -> int:
@@ -78,6 +87,7 @@ class FakeEngine(Engine):
     ) -> AsyncGenerator[GenerationChunk, None]:
         prompt = list(prompt_ids)
         self.check_fits(len(prompt), 1)
+        self.check_grammar(params)
         self.prompts.append(prompt)
         self.params.append(params)
         ids = self._next_reply(prompt)

@@ -32,7 +32,7 @@ from ..errors import (
     RemoteHTTPError,
 )
 from ..tokenizers.gguf import GGUFTokenizer
-from .base import Engine, GenerationChunk, SamplingParams, model_file
+from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams, model_file
 from .remote import RemoteEngine
 from .supervisor import Supervisor
 
@@ -129,8 +129,8 @@ class LlamaServerEngine(Engine):
         return self._tokenizer
 
     @property
-    def constrains_json(self) -> bool:
-        return True
+    def grammar_support(self) -> GrammarSupport:
+        return "lazy"
 
     @property
     def supervisor(self) -> Supervisor:

@@ -25,7 +25,7 @@ from typing import Any
 from .._imports import require
 from ..errors import EngineError
 from ..tokenizers.gguf import GGUFTokenizer, _llama_cpp
-from .base import Engine, GenerationChunk, SamplingParams, model_file
+from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams, model_file
 
 DEFAULT_N_CTX = 4096
 
@@ -82,6 +82,12 @@ class LocalEngine(Engine):
         self.tokens_generated = 0
 
     @property
+    def grammar_support(self) -> GrammarSupport:
+        # llama-cpp-python takes a grammar for the whole completion; lazy grammars (triggers)
+        # are not in its API.
+        return "full"
+
+    @property
     def context_length(self) -> int:
         return self._context_length
 
@@ -110,6 +116,7 @@ class LocalEngine(Engine):
             except RuntimeError:  # the loop is gone: nobody is listening any more
                 cancel.set()
 
+        self.check_grammar(params)
         self._executor.submit(self._run, prompt, params, budget, cancel, emit)
         try:
             while True:
@@ -138,8 +145,12 @@ class LocalEngine(Engine):
         # llama.cpp's sampler takes its seed from the Llama object; draw one per request
         # when none is given so that unseeded requests differ.
         llm.set_seed(params.seed if params.seed is not None else secrets.randbits(31))
+        grammar = None
+        if params.grammar is not None:
+            grammar = _llama_grammar(params.grammar.gbnf)
         gen = llm.generate(
             prompt,
+            grammar=grammar,
             temp=params.temperature,
             top_p=params.top_p,
             top_k=0,
@@ -177,3 +188,10 @@ class LocalEngine(Engine):
         # The model itself is freed when the engine and its tokenizer (which shares the
         # model's vocabulary) are garbage; closing it here would leave the tokenizer dangling.
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _llama_grammar(gbnf: str) -> Any:
+    """llama.cpp's grammar object for GBNF text (checked when sampling starts)."""
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    return LlamaGrammar.from_string(gbnf, verbose=False)

@@ -41,8 +41,9 @@ from typing import Any, Literal
 from .._imports import require
 from ..decoding import ControlSplitter, split_controls
 from ..errors import EngineError, EngineUnavailableError, RemoteHTTPError
+from ..grammar import Grammar
 from ..tokenizers.base import Piece, Tokenizer
-from .base import Engine, GenerationChunk, SamplingParams
+from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams
 
 Flavor = Literal["vllm", "llama.cpp", "llama-cpp-python", "openai"]
 PromptMode = Literal["ids", "text"]
@@ -233,21 +234,21 @@ class RemoteEngine(Engine):
             if self._flavor == "llama.cpp":
                 del body["max_tokens"], body["model"]
                 body.update(n_predict=budget, return_tokens=True, cache_prompt=True)
-        if params.json_schema is not None:
-            if not self.constrains_json:
-                raise EngineError(
-                    f"the engine at {self.base_url} ({self._flavor or 'unknown'} server) cannot "
-                    "constrain output to a JSON schema here; serve the model with llama.cpp's "
-                    "llama-server"
-                )
-            body["json_schema"] = dict(params.json_schema)  # llama-server compiles it
+        if params.grammar is not None:
+            self.check_grammar(params)
+            body.update(_grammar_fields(params.grammar, self._flavor))
         return body
 
     @property
-    def constrains_json(self) -> bool:
-        # llama-server turns json_schema into a grammar. (vLLM can too, with parameters that
-        # changed across its releases; not sent until tested against one.)
-        return self._flavor == "llama.cpp"
+    def grammar_support(self) -> GrammarSupport:
+        # llama-server: grammar, grammar_lazy and grammar_triggers. llama-cpp-python's
+        # server: a grammar for the whole completion. vLLM: its structured-output grammar
+        # (xgrammar reads GBNF), whole completions only. Unknown until the server is detected.
+        if self._flavor == "llama.cpp":
+            return "lazy"
+        if self._flavor in ("llama-cpp-python", "vllm"):
+            return "full"
+        return "none"
 
     def _path(self) -> str:
         # llama-server's OpenAI endpoint drops token ids from its chunks; its own one keeps them.
@@ -387,6 +388,26 @@ class RemoteEngine(Engine):
         if not ids and not text and finish is None:
             return None
         return GenerationChunk(tuple(ids), text or None, finish, exact_ids=exact)
+
+
+#: llama.cpp's numbering of trigger kinds (``common_grammar_trigger_type``).
+_TRIGGER_TYPES = {"word": 1, "pattern": 2, "pattern_full": 3}
+
+
+def _grammar_fields(grammar: Grammar, flavor: Flavor | None) -> dict[str, Any]:
+    """A grammar in the request fields of each server kind."""
+    if flavor == "vllm":
+        return {"structured_outputs": {"grammar": grammar.gbnf}}
+    fields: dict[str, Any] = {"grammar": grammar.gbnf}
+    if grammar.lazy:
+        fields["grammar_lazy"] = True
+        fields["grammar_triggers"] = [
+            {"type": _TRIGGER_TYPES[t.kind], "value": t.value} for t in grammar.triggers
+        ]
+    if grammar.preserved:
+        # Sampled as tokens, matched by their text; a single-token trigger must be one.
+        fields["preserved_tokens"] = list(grammar.preserved)
+    return fields
 
 
 def _native_chunk(data: dict[str, Any]) -> GenerationChunk | None:

@@ -23,7 +23,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from ..engines.base import Engine, GenerationChunk, SamplingParams
+from ..engines.base import Engine, GenerationChunk, GrammarSupport, SamplingParams
 from ..tokenizers.base import Tokenizer
 
 # Small models on CPUs answer in tens of milliseconds; long prompts take tens of seconds.
@@ -186,8 +186,8 @@ class MeteredEngine(Engine):
         return self.inner.tokenizer
 
     @property
-    def constrains_json(self) -> bool:
-        return self.inner.constrains_json
+    def grammar_support(self) -> GrammarSupport:
+        return self.inner.grammar_support
 
     async def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams

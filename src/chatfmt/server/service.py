@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
@@ -23,6 +22,7 @@ from ..dialects.base import Dialect
 from ..engines.base import Engine, GenerationChunk, SamplingParams
 from ..errors import ChatFmtError, EngineError, ValidationError
 from ..events import Event, Finish, FinishReason
+from ..grammar import Grammar, SchemaError, json_grammar
 from ..messages import Conversation, Tool, from_openai
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
@@ -199,7 +199,9 @@ class ChatService:
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
         tools = self._select_tools(req)
-        prefill = self._forced_call(req, tools)
+        grammar = self._constraint(req, tools)
+        # Without a grammar, a forced call is started in the prompt instead.
+        prefill = self._forced_call(req, tools) if grammar is None else ()
         try:
             conv = Conversation(messages=tuple(messages), tools=tuple(tools))
             rendered, prefill_ids = self._render(conv, prefill, _text_size(req))
@@ -234,7 +236,6 @@ class ChatService:
         else:
             max_tokens = requested
         stops = tuple(req.stop_list)
-        schema = self._json_constraint(req)
         params = SamplingParams(
             max_tokens=max_tokens,
             temperature=1.0 if req.temperature is None else req.temperature,
@@ -242,7 +243,7 @@ class ChatService:
             seed=req.seed,
             stop_ids=tuple(sorted(self.stop_ids)),
             stop_strings=(*self.dialect.stop_strings(), *stops),
-            json_schema=schema,
+            grammar=grammar,
         )
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         pieces = tuple(
@@ -312,15 +313,43 @@ class ChatService:
                 code="context_length_exceeded",
             )
 
-    def _json_constraint(self, req: ChatCompletionRequest) -> dict[str, Any] | None:
-        """The schema ``response_format`` asks the reply to match, checked against what the
-        engine can do: a request it cannot honour is refused, never silently answered in
-        free text."""
+    def _constraint(self, req: ChatCompletionRequest, tools: list[Tool]) -> Grammar | None:
+        """The grammar sampling must follow: the reply's JSON schema (``response_format``),
+        or the dialect's call syntax for the offered tools, as far as the engine can
+        enforce it. What a request requires (a format, a strict tool) and the engine cannot
+        enforce is refused, never silently left free."""
+        fmt = self._json_grammar(req)
+        if fmt is not None or not tools:
+            return fmt
+        choice = req.tool_choice
+        forced = choice is not None and choice not in ("auto", "none")
+        single = isinstance(choice, NamedToolChoice) or req.parallel_tool_calls is False
+        support = self.engine.grammar_support
+        if support == "lazy" or (forced and support == "full"):
+            try:
+                return self.dialect.call_grammar(tools, required=forced, single=single)
+            except SchemaError as exc:
+                raise ApiError(400, str(exc), param="tools", code="invalid_json_schema") from None
+        strict = [t.name for t in tools if t.function.get("strict") is True]
+        if strict:
+            raise ApiError(
+                400,
+                f"tool {strict[0]!r} is strict, but this server's engine ({self.engine.name}) "
+                "cannot constrain tool calls here; serve with --engine llama-server (the "
+                "default) or a llama.cpp server, or send the tool without strict",
+                param="tools",
+                code="unsupported_strict_tools",
+            )
+        return None
+
+    def _json_grammar(self, req: ChatCompletionRequest) -> Grammar | None:
+        """The grammar of the JSON reply ``response_format`` asks for, if the engine can
+        enforce it; refused otherwise."""
         fmt = req.response_format
         schema = fmt.constraint if fmt is not None else None
         if fmt is None or schema is None:
             return None
-        if not self.engine.constrains_json:
+        if self.engine.grammar_support == "none":
             raise ApiError(
                 400,
                 f"response_format {fmt.type!r} needs an engine that constrains sampling; "
@@ -337,7 +366,17 @@ class ChatService:
                 param="response_format",
                 code="unsupported_response_format",
             )
-        return schema
+        spec = fmt.json_schema
+        try:
+            return json_grammar(
+                schema,
+                strict=bool(spec and spec.strict),
+                name=spec.name or "" if spec else "",
+            )
+        except SchemaError as exc:
+            raise ApiError(
+                400, str(exc), param="response_format", code="invalid_json_schema"
+            ) from None
 
     def _forced_call(self, req: ChatCompletionRequest, tools: list[Tool]) -> tuple[Segment, ...]:
         """``tool_choice`` "required" or a named function: the dialect's call opening, so the

@@ -1,0 +1,111 @@
+"""Grammars for whole JSON replies and for tool calls of declared tools.
+
+The dialects assemble their call syntax (tags, markers, metadata lines) around the pieces
+built here: a call object naming one of the declared tools with arguments that follow that
+tool's ``parameters`` schema, or the arguments alone (as JSON or as Python keyword
+arguments). A tool whose definition says ``"strict": true`` gets an error for any schema
+keyword the grammar cannot enforce; other tools get those keywords ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..messages import Tool
+from .gbnf import Grammar, Rules, Trigger, literal
+from .schema import SchemaConverter, SchemaError, Syntax
+
+#: ``response_format: {"type": "json_object"}``: any JSON object.
+ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
+
+
+def json_grammar(
+    schema: Mapping[str, Any] | bool, *, strict: bool = False, name: str = ""
+) -> Grammar:
+    """A grammar for a whole reply that is one JSON value of ``schema`` (what
+    ``response_format`` asks for). :class:`SchemaError` when ``strict`` and the schema has
+    a keyword the grammar cannot enforce."""
+    rules = Rules()
+    try:
+        root = SchemaConverter(rules, schema, strict=strict).value(schema, "value")
+    except SchemaError as exc:
+        raise exc.of(f"response_format {name!r}" if name else "response_format") from None
+    return Grammar(rules.gbnf(root))
+
+
+class CallRules:
+    """Rules for calls of ``tools`` in one :class:`~chatfmt.grammar.gbnf.Rules` set."""
+
+    def __init__(self, tools: Sequence[Tool], *, syntax: Syntax = "json") -> None:
+        if not tools:
+            raise ValueError("a call grammar needs at least one tool")
+        self.tools = list(tools)
+        self.rules = Rules()
+        self.syntax = syntax
+        self.ws = ""
+
+    def _converter(self, tool: Tool) -> tuple[SchemaConverter, Any]:
+        params = tool.function.get("parameters")
+        schema = params if params is not None else {"type": "object", "properties": {}}
+        strict = tool.function.get("strict") is True
+        conv = SchemaConverter(self.rules, schema, syntax=self.syntax, strict=strict)
+        self.ws = conv.ws
+        return conv, schema
+
+    def arguments(self, tool: Tool) -> str:
+        """The tool's arguments as a JSON (or Python) object."""
+        conv, schema = self._converter(tool)
+        try:
+            return conv.value(schema, f"{tool.name}-args")
+        except SchemaError as exc:
+            raise exc.of(f"function {tool.name!r}") from None
+
+    def keyword_arguments(self, tool: Tool) -> str:
+        """The tool's arguments as Python keyword arguments ``k=v, …`` (may be empty)."""
+        conv, schema = self._converter(tool)
+        try:
+            return conv.members(schema, f"{tool.name}-kwargs", kwargs=True) or '""'
+        except SchemaError as exc:
+            raise exc.of(f"function {tool.name!r}") from None
+
+    def call_object(self, *, args_key: str = "arguments", type_function: bool = False) -> str:
+        """``{"name": <a declared tool>, "<args_key>": <its arguments>}``; with
+        ``type_function`` an optional leading ``"type": "function"`` (Llama 3's form)."""
+        alts = []
+        for tool in self.tools:
+            args = self.arguments(tool)
+            ws = self.ws
+            head = f'"{{" {ws}'
+            if type_function:
+                head += f' ("\\"type\\"" {ws} ":" {ws} "\\"function\\"" {ws} "," {ws})?'
+            name = literal(json.dumps(tool.name, ensure_ascii=False))
+            key = literal(json.dumps(args_key))
+            pair = f'{key} {ws} ":" {ws} {args}'
+            body = f'{head} "\\"name\\"" {ws} ":" {ws} {name} {ws} "," {ws} {pair} {ws} "}}"'
+            alts.append(self.rules.add(f"call-{tool.name}", body))
+        return self.rules.add("call", " | ".join(alts))
+
+    def many(self, item: str, *, single: bool, sep: str = "") -> str:
+        """``item`` once (``single``) or one or more times, ``sep`` (and whitespace) between."""
+        if single:
+            return item
+        between = f"{self.ws} {sep} {self.ws}" if sep else self.ws
+        return f"{item} ({between} {item})*"
+
+    def names_pattern(self) -> str:
+        """A regular expression (ECMAScript) matching any declared tool name."""
+        return "(?:" + "|".join(re.escape(t.name) for t in self.tools) + ")"
+
+    def grammar(
+        self, root: str, *, triggers: Sequence[Trigger] = (), preserved: Sequence[str] = ()
+    ) -> Grammar:
+        """The grammar of ``root``: lazy when ``triggers`` are given."""
+        return Grammar(
+            self.rules.gbnf(root),
+            lazy=bool(triggers),
+            triggers=tuple(triggers),
+            preserved=tuple(preserved),
+        )
