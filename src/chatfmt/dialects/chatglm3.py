@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ValidationError
-from ..messages import INTERPRETER, Conversation, Message, ToolCall
+from ..grammar import CallRules
+from ..grammar.gbnf import literal
+from ..messages import INTERPRETER, Conversation, Message, Tool, ToolCall
 from ..pycall import format_tool_call, parse_tool_call
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
@@ -81,6 +83,11 @@ class ChatGLM3(GLMDialect):
     interpreter = INTERPRETER
     strip_dummy_prefix = True
     decode_call = staticmethod(_decode_call)
+
+    def call_body(self, c: CallRules, tool: Tool) -> str:
+        """A fenced ``tool_call(k=v, …)`` with Python-literal arguments."""
+        opening, closing = literal(f"{_FENCE}python\ntool_call("), literal(f")\n{_FENCE}")
+        return f"{opening} {c.keyword_arguments(tool)} {closing}"
 
     # ==== Validation ====
 

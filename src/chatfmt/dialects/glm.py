@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from abc import abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 from ..errors import ParseError, ValidationError
@@ -28,13 +28,16 @@ from ..events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from ..messages import INTERPRETER, Message, ToolCall
+from ..grammar import CallRules, Grammar, Trigger
+from ..grammar.gbnf import literal
+from ..messages import INTERPRETER, Message, Tool, ToolCall
 from ..segments import Segment, Text
 from .base import Dialect, StreamParser, finish_reason_for
 
 #: The GLM family's role tokens, and the one each chatfmt role is written with.
 SYSTEM, USER, ASSISTANT, OBSERVATION = "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"
 ROLE_TOKENS = (SYSTEM, USER, ASSISTANT, OBSERVATION)
+NEWLINE = "\n"
 ROLE_CONTROL = {
     "system": SYSTEM,
     "user": USER,
@@ -460,6 +463,28 @@ class GLMDialect(Dialect):
             id_factory=id_factory or self._id_factory,
             stop_controls=self.stop_controls,
         )
+
+    def call_body(self, c: CallRules, tool: Tool) -> str:
+        """GBNF for the body of a call segment of ``tool`` (after its metadata line)."""
+        return c.arguments(tool)
+
+    def call_grammar(
+        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """Call segments: a declared tool's name as the metadata line, then its body; more
+        segments follow their ``<|assistant|>``. When lazy, switched on by a reply whose
+        first line is a declared tool's name."""
+        c = CallRules(tools)
+        segments = [
+            c.rules.add(f"segment-{t.name}", f"{literal(t.name + NEWLINE)} {self.call_body(c, t)}")
+            for t in tools
+        ]
+        segment = c.rules.add("segment", " | ".join(segments))
+        root = segment if single else f"{segment} ({literal(ASSISTANT)} {segment})*"
+        if required:
+            return c.grammar(root, preserved=(ASSISTANT,))
+        first_line = Trigger("pattern_full", f"({c.names_pattern()}\n)[\\s\\S]*")
+        return c.grammar(root, triggers=(first_line,), preserved=(ASSISTANT,))
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """A named call is forced by writing its metadata line (the tool name); which tool to

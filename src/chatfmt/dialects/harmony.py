@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Literal, NoReturn
 
 from ..errors import ValidationError
-from ..messages import Conversation, Message
+from ..grammar import CallRules, Grammar, Trigger
+from ..grammar.gbnf import literal
+from ..messages import Conversation, Message, Tool
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect
@@ -39,6 +41,7 @@ _CHANNELS = (
 _FUNCTIONS_LINE = "\nCalls to these tools must go to the commentary channel: 'functions'."
 # A name is header text split at whitespace and '<' by readers of the format.
 _BAD_NAME = re.compile(r"[\s<>]")
+_RECIPIENT = "to=functions."
 _PARAMS = (dict, type(None))
 
 
@@ -165,6 +168,28 @@ class Harmony(Dialect):
             head += (Control(CHANNEL), Text("commentary"), Text(" "), Control(CONSTRAIN))
             out += _message((*head, Text("json")), call.arguments, CALL)
         return out
+
+    def call_grammar(
+        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """A message to ``functions.<a declared tool>`` and its JSON arguments (one call per
+        message: ``<|call|>`` ends the turn). When lazy, switched on by ``to=functions.``,
+        which may sit in the role header or in the channel header."""
+        c = CallRules(tools)
+        between = f"({literal(CHANNEL)} | {literal(CONSTRAIN)})"
+        head = c.rules.add("call-head", f'(" " | {between}) ([^<] | {between}){{0,40}} | ""')
+        calls = [
+            c.rules.add(
+                f"call-{t.name}",
+                f"{literal(_RECIPIENT + t.name)} {head} {literal(MESSAGE)} {c.arguments(t)}",
+            )
+            for t in tools
+        ]
+        call = c.rules.add("call", " | ".join(calls))
+        preserved = (CHANNEL, CONSTRAIN, MESSAGE)
+        if required:
+            return c.grammar(f'{literal(CHANNEL)} "commentary " {call}', preserved=preserved)
+        return c.grammar(call, triggers=(Trigger("word", _RECIPIENT),), preserved=preserved)
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """A commentary message to ``functions.{name}`` up to its JSON (up to the name if

@@ -15,13 +15,14 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ..errors import PyCallError, ValidationError
 from ..events import Event, Finish, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ..grammar import CallRules, Grammar, Trigger
 from ..jsonscan import WS
-from ..messages import Conversation, Message, ToolCall
+from ..messages import Conversation, Message, Tool, ToolCall
 from ..pycall import parse_tool_call
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_common
@@ -56,6 +57,10 @@ _BUILTIN_CALL = re.compile(r"\s*([A-Za-z_]\w*)\.call(\(.*\))\s*\Z", re.DOTALL)
 def _date(day: datetime.date) -> str:
     """``21 September 2024``, whatever the locale (the reference's ``%d %B %Y``)."""
     return f"{day.day:02d} {_MONTHS[day.month - 1]} {day.year}"
+
+
+#: A reply that starts as a custom call object (``{"type": "function", "name": …``).
+_JSON_CALL_START = r'\s*(\{\s*"(?:type|name)"\s*:)[\s\S]*'
 
 
 def _call_text(call: ToolCall) -> str:
@@ -181,6 +186,17 @@ class Llama3(Dialect):
         if name is not None:
             opening += json.dumps(name) + ', "parameters": '
         return (Text(opening),)
+
+    def call_grammar(
+        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """One custom call, a JSON object with ``parameters`` (Llama 3 makes one call per
+        message); when lazy, switched on by a reply that starts as such an object."""
+        c = CallRules(tools)
+        call = c.call_object(args_key="parameters", type_function=True)
+        if required:
+            return c.grammar(call)
+        return c.grammar(call, triggers=(Trigger("pattern_full", _JSON_CALL_START),))
 
     # ==== Parsing ====
 

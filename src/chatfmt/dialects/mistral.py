@@ -14,10 +14,12 @@ import json
 import re
 import secrets
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from ..errors import ValidationError
+from ..grammar import CallRules, Grammar, Trigger
+from ..grammar.gbnf import literal
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
@@ -226,6 +228,19 @@ class MistralV3(Dialect):
             stop_controls=self.stop_controls,
             calls_control=CALLS,
         )
+
+    def call_grammar(
+        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """``[TOOL_CALLS]`` and a JSON list of calls (each may carry its 9-character id);
+        when lazy, switched on by ``[TOOL_CALLS]``."""
+        c = CallRules(tools)
+        ws = c.ws
+        call_id = f'{ws} "," {ws} "\\"id\\"" {ws} ":" {ws} "\\"" [a-zA-Z0-9]{{9}} "\\""'
+        calls = c.many(c.call_object(trailing=call_id), single=single, sep='","')
+        body = f'{literal(CALLS)} {ws} "[" {ws} {calls} {ws} "]"'
+        triggers = () if required else (Trigger("word", CALLS),)
+        return c.grammar(body, triggers=triggers, preserved=(CALLS,))
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """``[TOOL_CALLS]``, and the call's opening up to the arguments when it is named."""

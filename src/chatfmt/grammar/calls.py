@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..messages import Tool
-from .gbnf import Grammar, Rules, Trigger, literal
+from .gbnf import WS_RULE, Grammar, Rules, Trigger, literal
 from .schema import SchemaConverter, SchemaError, Syntax
 
 #: ``response_format: {"type": "json_object"}``: any JSON object.
@@ -39,21 +39,18 @@ def json_grammar(
 class CallRules:
     """Rules for calls of ``tools`` in one :class:`~chatfmt.grammar.gbnf.Rules` set."""
 
-    def __init__(self, tools: Sequence[Tool], *, syntax: Syntax = "json") -> None:
+    def __init__(self, tools: Sequence[Tool]) -> None:
         if not tools:
             raise ValueError("a call grammar needs at least one tool")
         self.tools = list(tools)
         self.rules = Rules()
-        self.syntax = syntax
-        self.ws = ""
+        self.ws = self.rules.shared("ws", WS_RULE)
 
-    def _converter(self, tool: Tool) -> tuple[SchemaConverter, Any]:
+    def _converter(self, tool: Tool, syntax: Syntax = "json") -> tuple[SchemaConverter, Any]:
         params = tool.function.get("parameters")
         schema = params if params is not None else {"type": "object", "properties": {}}
         strict = tool.function.get("strict") is True
-        conv = SchemaConverter(self.rules, schema, syntax=self.syntax, strict=strict)
-        self.ws = conv.ws
-        return conv, schema
+        return SchemaConverter(self.rules, schema, syntax=syntax, strict=strict), schema
 
     def arguments(self, tool: Tool) -> str:
         """The tool's arguments as a JSON (or Python) object."""
@@ -64,16 +61,20 @@ class CallRules:
             raise exc.of(f"function {tool.name!r}") from None
 
     def keyword_arguments(self, tool: Tool) -> str:
-        """The tool's arguments as Python keyword arguments ``k=v, …`` (may be empty)."""
-        conv, schema = self._converter(tool)
+        """The tool's arguments as Python keyword arguments ``k=v, …`` with literal values
+        (may be empty)."""
+        conv, schema = self._converter(tool, "python")
         try:
             return conv.members(schema, f"{tool.name}-kwargs", kwargs=True) or '""'
         except SchemaError as exc:
             raise exc.of(f"function {tool.name!r}") from None
 
-    def call_object(self, *, args_key: str = "arguments", type_function: bool = False) -> str:
+    def call_object(
+        self, *, args_key: str = "arguments", type_function: bool = False, trailing: str = ""
+    ) -> str:
         """``{"name": <a declared tool>, "<args_key>": <its arguments>}``; with
-        ``type_function`` an optional leading ``"type": "function"`` (Llama 3's form)."""
+        ``type_function`` an optional leading ``"type": "function"`` (Llama 3's form);
+        ``trailing``: an optional last member (GBNF, its comma included)."""
         alts = []
         for tool in self.tools:
             args = self.arguments(tool)
@@ -84,6 +85,7 @@ class CallRules:
             name = literal(json.dumps(tool.name, ensure_ascii=False))
             key = literal(json.dumps(args_key))
             pair = f'{key} {ws} ":" {ws} {args}'
+            pair += f" ({trailing})?" if trailing else ""
             body = f'{head} "\\"name\\"" {ws} ":" {ws} {name} {ws} "," {ws} {pair} {ws} "}}"'
             alts.append(self.rules.add(f"call-{tool.name}", body))
         return self.rules.add("call", " | ".join(alts))

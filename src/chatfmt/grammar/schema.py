@@ -284,7 +284,7 @@ class SchemaConverter:
         escapes = '["\\\\bfnrt]' if self.syntax == "python" else '["\\\\/bfnrt]'
         return self.rules.shared(
             f"{self.syntax}-char",
-            f'[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" ({escapes} | "u" [0-9a-fA-F]{{4}})',
+            f'[^"\\\\\\x00-\\x1F] | "\\\\" ({escapes} | "u" [0-9a-fA-F]{{4}})',
         )
 
     def _string_rule(self) -> str:

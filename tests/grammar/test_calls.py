@@ -1,0 +1,170 @@
+"""Each dialect's call grammar, judged by llama.cpp's grammar engine: the calls the dialect
+itself writes (its history rendering) are accepted, lazily from the trigger on or whole;
+invented tools, missing or mistyped arguments, and a second call when one is allowed are
+refused; and what the grammar accepts parses back to the call."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from oracle import GrammarOracle
+
+from chatfmt.dialects import get_dialect
+from chatfmt.grammar import Grammar, SchemaError
+from chatfmt.messages import Tool
+from chatfmt.segments import Control
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            },
+            "required": ["city"],
+        },
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+}
+TOOLS = [Tool(definition=WEATHER), Tool(definition=CLOCK)]
+ARGS = {"city": 'Paris, Île-de-France "FR"', "unit": "celsius", "days": 3}
+CALLING = ["qwen2.5", "chatml", "llama3", "mistral-v3", "mistral-v7", "chatglm3", "glm4", "harmony"]
+
+
+def output_of(dialect: Any, calls: list[tuple[str, dict[str, Any]]]) -> str:
+    """The assistant output the dialect writes for ``calls`` (what follows the generation
+    prompt, up to its stop token)."""
+    user = [{"role": "user", "content": "Weather in Paris?"}]
+    reply = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call{i}abcd",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for i, (name, args) in enumerate(calls)
+        ],
+    }
+    prompt = dialect.render_text(user, tools=TOOLS)
+    full = dialect.render_text([*user, reply], tools=TOOLS, add_generation_prompt=False)
+    assert full.startswith(prompt)
+    out = full[len(prompt) :]
+    ends = [out.index(s) for s in dialect.stop_controls if s in out]
+    return out[: min(ends)] if ends else out
+
+
+def from_trigger(g: Grammar, text: str) -> str | None:
+    """Where a lazy grammar starts in ``text`` (as llama.cpp finds it), or ``None``."""
+    starts = []
+    for t in g.triggers:
+        if t.kind == "word" and t.value in text:
+            starts.append(text.index(t.value))
+        elif t.kind == "pattern_full" and (m := re.fullmatch(t.value, text)):
+            starts.append(m.start(1))
+        elif t.kind == "pattern" and (m := re.search(t.value, text)):
+            starts.append(m.start(1))
+    return text[min(starts) :] if starts else None
+
+
+@pytest.mark.parametrize("name", CALLING)
+def test_the_dialects_own_calls_are_accepted(judge: GrammarOracle, name: str) -> None:
+    dialect = get_dialect(name)
+    out = output_of(dialect, [("get_weather", ARGS)])
+    lazy = dialect.call_grammar(TOOLS)
+    assert lazy is not None and lazy.lazy
+    started = from_trigger(lazy, out)
+    assert started is not None, f"no trigger in {out!r}"
+    assert judge.accepts(lazy.gbnf, started), started
+    parsed = dialect.parse(out).message.tool_calls
+    assert parsed and parsed[0].name == "get_weather" and parsed[0].arguments_dict() == ARGS
+
+
+@pytest.mark.parametrize("name", CALLING)
+def test_required_calls(judge: GrammarOracle, name: str) -> None:
+    dialect = get_dialect(name)
+    g = dialect.call_grammar(TOOLS, required=True)
+    assert g is not None and not g.lazy
+    if name == "harmony":  # written as the forced call opens it (recipient in the channel)
+        opening = dialect.forced_call_prefix("get_weather")
+        out = "".join(s.token if isinstance(s, Control) else s.text for s in opening)
+        out += json.dumps(ARGS)
+    else:
+        out = output_of(dialect, [("get_weather", ARGS)])
+    assert judge.accepts(g.gbnf, out), out
+    # Free text, an invented tool, a missing required argument, a mistyped one: refused.
+    assert not judge.accepts(g.gbnf, "It is sunny in Paris.")
+    for wrong in (
+        out.replace("get_weather", "get_weather_now"),
+        out.replace("get_weather", "weather"),
+        out.replace("Paris", "Lyon").replace("3", '"3"'),
+    ):
+        assert not judge.accepts(g.gbnf, wrong), wrong
+    no_city = {k: v for k, v in ARGS.items() if k != "city"}
+    if name == "harmony":
+        missing = out.replace(json.dumps(ARGS), json.dumps(no_city))
+    else:
+        missing = output_of(dialect, [("get_weather", no_city)])
+    assert not judge.accepts(g.gbnf, missing), missing
+    out_of_range = out.replace('"days": 3', '"days": 9').replace("days=3", "days=9")
+    assert out_of_range != out and not judge.accepts(g.gbnf, out_of_range)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5", "mistral-v3", "chatglm3", "glm4"])
+def test_one_call_or_several(judge: GrammarOracle, name: str) -> None:
+    dialect = get_dialect(name)
+    two = output_of(dialect, [("get_weather", ARGS), ("get_time", {})])
+    assert judge.accepts(dialect.call_grammar(TOOLS, required=True).gbnf, two), two
+    single = dialect.call_grammar(TOOLS, required=True, single=True).gbnf
+    assert not judge.accepts(single, two)
+    assert judge.accepts(single, output_of(dialect, [("get_time", {})]))
+
+
+def test_lazy_grammars_leave_plain_text_alone() -> None:
+    for name in CALLING:
+        g = get_dialect(name).call_grammar(TOOLS)
+        assert g is not None
+        for text in ("It is sunny.", "Use get_weather later.", 'JSON: {"a": 1}'):
+            assert from_trigger(g, text) is None, (name, text)
+    assert get_dialect("gemma3").call_grammar(TOOLS) is None  # no call syntax
+
+
+def test_small_qwen_models_bare_and_fenced_calls(judge: GrammarOracle) -> None:
+    g = get_dialect("qwen2.5").call_grammar(TOOLS)
+    assert g is not None
+    for text in (
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        'Sure.\n```json\n{"name": "get_time", "arguments": {}}\n```',
+    ):
+        started = from_trigger(g, text)
+        assert started is not None and judge.accepts(g.gbnf, started), text
+    # The invented-name case of the issue: once `{"name":` starts, only declared names fit.
+    assert not judge.accepts(g.gbnf, '{"name": "add_args", "arguments": {}}')
+
+
+def test_strict_tool_schemas_are_checked() -> None:
+    strict = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {"x": {"type": "string", "pattern": "a+"}},
+            },
+        },
+    }
+    with pytest.raises(SchemaError, match=r"^Invalid schema for function 'f': In context="):
+        get_dialect("qwen2.5").call_grammar([Tool(definition=strict)])
