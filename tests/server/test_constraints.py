@@ -130,3 +130,17 @@ def test_response_format_is_a_whole_grammar(serve: Any) -> None:
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == "response_format"
     assert err["message"].startswith("Invalid schema for response_format 'num': At the root")
+
+
+def test_call_grammar_off_leaves_only_auto_calls_free(make_fake: Any, qwen_dialect: Any) -> None:
+    strict = {**WEATHER_TOOL, "function": {**WEATHER_TOOL["function"], "strict": True}}
+    cases = [
+        ({"tools": [WEATHER_TOOL]}, False),
+        ({"tools": [WEATHER_TOOL], "tool_choice": "required"}, True),
+        ({"tools": [strict]}, True),
+    ]
+    for extra, constrained in cases:
+        fake = make_fake((CALL,), grammar_support="lazy")
+        app = create_app(fake, qwen_dialect, model_name="m", call_grammar=False)
+        assert post(app, {"messages": USER_HI, **extra}).status_code == 200
+        assert (fake.params[0].grammar is not None) is constrained, extra

@@ -273,6 +273,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         parallel=args.parallel,
         drain_timeout=args.drain_timeout,
+        call_grammar=not args.no_call_grammar,
         limits=_limits(args),
         configure=None if args.no_web else configure,
         **{**_engine_options(args), "engine": args.engine or "llama-server"},
@@ -441,6 +442,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         metavar="SECONDS",
         help="on SIGTERM or Ctrl+C, how long requests in flight may take to finish (default: 30)",
+    )
+    p.add_argument(
+        "--no-call-grammar",
+        action="store_true",
+        help="leave tool calls unconstrained when the model may answer in text (tool_choice "
+        '"auto"); forced calls, strict tools and response_format are still constrained',
     )
     limits = p.add_argument_group("limits per request and client")
     limits.add_argument(

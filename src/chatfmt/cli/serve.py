@@ -144,6 +144,7 @@ def run_server(
     parallel: int | None = None,
     drain_timeout: float = 30.0,
     limits: ServerLimits | None = None,
+    call_grammar: bool = True,
     log_level: str = "warning",
     out: TextIO | None = None,
     configure: Callable[[Any, Engine, Dialect], None] | None = None,
@@ -155,6 +156,7 @@ def run_server(
     connections at once and lets requests in flight (streams included) finish for up to
     ``drain_timeout`` seconds, then cancels what is left and stops the engine. ``limits`` bound
     what one request or client may take (body size, messages, tools, header time, connections).
+    ``call_grammar=False`` leaves calls the model may choose to make unconstrained.
 
     Raises :class:`~chatfmt.errors.ChatFmtError` (or ``MissingDependencyError``) with a
     message naming the fix when the model, engine or extras are missing.
@@ -188,7 +190,14 @@ def run_server(
         if connect is not None:
             # remote: detect the server kind and its context length; llama-server: start it.
             await connect()
-        app = create_app(eng, chosen, model_name=name, api_key=api_key, limits=limits)
+        app = create_app(
+            eng,
+            chosen,
+            model_name=name,
+            api_key=api_key,
+            limits=limits,
+            call_grammar=call_grammar,
+        )
         if configure is not None:
             configure(app, app.state.service.engine, chosen)  # the engine /metrics counts
         hosts = trusted_hosts(host)

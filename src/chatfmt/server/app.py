@@ -29,6 +29,7 @@ def create_app(
     model_name: str,
     api_key: str | None = None,
     limits: ServerLimits = DEFAULT_LIMITS,
+    call_grammar: bool = True,
 ) -> FastAPI:
     """An OpenAI-compatible app serving ``engine`` through ``dialect``.
 
@@ -40,12 +41,23 @@ def create_app(
     ``limits`` bound what one request may send (body size, messages, tools), for routes added
     to the app later too (the web chat); the connection-level ones need the server's help:
     ``uvicorn.Config(app, **uvicorn_options(limits))``.
+
+    Tool calls are constrained to the dialect's call grammar where the engine can (see
+    :meth:`ChatService._constraint`); ``call_grammar=False`` leaves the calls a model may
+    choose to make free (forced calls, strict tools and ``response_format`` still are not).
     """
     metrics = ServerMetrics(engine)
     # Generations are counted at the engine, so routes added later (the web chat, which
     # takes the engine from app.state.service) are counted too.
     metered = MeteredEngine(engine, metrics)
-    service = ChatService(metered, dialect, model_name=model_name, limits=limits, metrics=metrics)
+    service = ChatService(
+        metered,
+        dialect,
+        model_name=model_name,
+        limits=limits,
+        metrics=metrics,
+        call_grammar=call_grammar,
+    )
     check_api_key(api_key)
     # No /docs or /redoc: FastAPI's pages load scripts from CDNs, on the origin of the API and
     # the code interpreter. The schema itself stays at /openapi.json.

@@ -153,8 +153,10 @@ class ChatService:
         model_name: str,
         limits: ServerLimits = DEFAULT_LIMITS,
         metrics: ServerMetrics | None = None,
+        call_grammar: bool = True,
     ) -> None:
         self.engine = engine
+        self.call_grammar = call_grammar
         self.dialect = dialect
         self.model_name = model_name
         self.limits = limits
@@ -325,12 +327,13 @@ class ChatService:
         forced = choice is not None and choice not in ("auto", "none")
         single = isinstance(choice, NamedToolChoice) or req.parallel_tool_calls is False
         support = self.engine.grammar_support
-        if support == "lazy" or (forced and support == "full"):
+        strict = [t.name for t in tools if t.function.get("strict") is True]
+        wanted = forced or self.call_grammar or bool(strict)
+        if wanted and (support == "lazy" or (forced and support == "full")):
             try:
                 return self.dialect.call_grammar(tools, required=forced, single=single)
             except SchemaError as exc:
                 raise ApiError(400, str(exc), param="tools", code="invalid_json_schema") from None
-        strict = [t.name for t in tools if t.function.get("strict") is True]
         if strict:
             raise ApiError(
                 400,
