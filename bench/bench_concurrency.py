@@ -65,7 +65,9 @@ def wait_health(url: str, proc: subprocess.Popen[Any], timeout: float = 300) -> 
     raise RuntimeError("server not ready")
 
 
-def start_raw(model: Path, parallel: int, threads: int) -> tuple[subprocess.Popen[Any], str]:
+def start_raw(
+    model: Path, parallel: int, threads: int, *extra: str
+) -> tuple[subprocess.Popen[Any], str]:
     from chatfmt.engines.llama_server import find_llama_server
     from chatfmt.engines.supervisor import free_port
 
@@ -76,6 +78,7 @@ def start_raw(model: Path, parallel: int, threads: int) -> tuple[subprocess.Pope
         *("--parallel", str(parallel), "--ctx-size", str(SLOT_CTX * parallel)),
         *("--no-kv-unified", "--cont-batching", "--no-webui"),
         *("--threads", str(threads), "--threads-batch", str(threads)),
+        *extra,
     ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -84,7 +87,7 @@ def start_raw(model: Path, parallel: int, threads: int) -> tuple[subprocess.Pope
 
 
 def start_chatfmt(
-    parallel: int, threads: int, engine: str = "llama-server"
+    parallel: int, threads: int, engine: str = "llama-server", *extra: str
 ) -> tuple[subprocess.Popen[Any], str]:
     from chatfmt.engines.supervisor import free_port
 
@@ -93,6 +96,7 @@ def start_chatfmt(
     argv += ["--threads", str(threads), "--engine", engine]
     if engine == "llama-server":
         argv += ["--parallel", str(parallel), "--n-ctx", str(SLOT_CTX)]
+    argv += extra
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_health(url, proc)

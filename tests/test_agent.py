@@ -110,10 +110,29 @@ def test_repeated_call_stops_the_loop(qwen) -> None:  # type: ignore[no-untyped-
     engine = FakeEngine(qwen, [CALL])
     agent = Agent(engine, chatfmt.get_dialect("qwen2.5"), tools=ToolRegistry([get_weather]))
     result = asyncio.run(agent.run([{"role": "user", "content": "Weather in Beijing?"}]))
-    assert result.stopped == "repeated_call" and result.steps == 2
+    # A repeat gets one more turn with the tools hidden; repeating again ends the loop.
+    assert result.stopped == "repeated_call" and result.steps == 3
     # The repeated call was not run again and is not left dangling without a result.
     assert [m.role for m in result.conversation.messages] == ["user", "assistant", "tool"]
     chatfmt.get_dialect("qwen2.5").validate(result.conversation)
+
+
+def test_a_repeated_call_gets_a_turn_without_tools(qwen) -> None:  # type: ignore[no-untyped-def]
+    answer = "It is sunny in Beijing.<|im_end|>"
+    engine = FakeEngine(qwen, [CALL, CALL, answer])
+    dialect = chatfmt.get_dialect("qwen2.5")
+    agent = Agent(engine, dialect, tools=ToolRegistry([get_weather]))
+    result = asyncio.run(agent.run([{"role": "user", "content": "Weather in Beijing?"}]))
+    assert result.stopped == "answer" and result.answer == "It is sunny in Beijing."
+    assert [m.role for m in result.conversation.messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    # The third prompt is the conversation so far without the tool definitions.
+    no_tools = dialect.render(result.conversation.messages[:3], qwen).ids
+    assert engine.prompts[2] == no_tools and engine.prompts[1] != no_tools
 
 
 def test_text_streams_as_deltas(qwen) -> None:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -18,11 +19,14 @@ from .decoding import TurnDecoder
 from .dialects.base import ConversationLike, Dialect
 from .engines.base import Engine, SamplingParams
 from .events import Event, ParseResult, TextDelta
+from .grammar import WORDS, Grammar, SchemaError
 from .messages import INTERPRETER, Conversation, Message, Tool, ToolCall, as_conversation
 from .segments import BlockEncoder
 
 if TYPE_CHECKING:
     from .interpreter import ExecutionResult
+
+log = logging.getLogger("chatfmt.agent")
 
 
 class ToolRunner(Protocol):
@@ -127,6 +131,20 @@ class Agent:
             return ()
         return tuple(Tool.of(t) for t in self.tools.openai_tools())
 
+    def _call_grammar(self, tools: Sequence[Tool]) -> Grammar | None:
+        """The dialect's lazy call grammar, where the engine enforces one: the model answers
+        freely or calls a declared tool with arguments that fit its schema."""
+        if not tools or self.engine.grammar_support != "lazy":
+            return None
+        try:
+            return self.dialect.call_grammar(tools)
+        except SchemaError as exc:  # a strict tool the grammar cannot enforce: stay free
+            log.warning("tool calls are not constrained: %s", exc)
+            return None
+
+    def _words(self) -> Grammar | None:
+        return WORDS if self.engine.grammar_support != "none" else None
+
     async def run(self, conversation: ConversationLike) -> AgentResult:
         """Run the loop to the end, ignoring events."""
         result: AgentResult | None = None
@@ -141,14 +159,20 @@ class Agent:
     ) -> AsyncIterator[AgentEvent | AgentResult]:
         """Run the loop, yielding events as they happen and the :class:`AgentResult` last."""
         conv = as_conversation(conversation, self._tools() or None)
+        grammar = self.params.grammar or self._call_grammar(conv.tools)
         new: list[Message] = []
         seen: set[tuple[str, str]] = set()
         tok = self.engine.tokenizer
         stop_ids = tuple(self.dialect.stop_ids(tok))
+        # After a repeated call, one more turn with the tools hidden (as tool_choice "none"
+        # hides them) and, where the engine constrains, a reply in words: the model has the
+        # results; a small one otherwise writes the call again even without tools (measured).
+        answer_now = False
         for step in range(1, self.max_steps + 1):
             reserve = self.params.max_tokens
+            shown = Conversation(messages=conv.messages) if answer_now else conv
             fitted = await asyncio.to_thread(
-                self._budget.fit, conv, context=self.engine.context_length, reserve=reserve
+                self._budget.fit, shown, context=self.engine.context_length, reserve=reserve
             )
             prompt = await asyncio.to_thread(self._budget.render, fitted.conversation)
             params = SamplingParams(
@@ -158,6 +182,7 @@ class Agent:
                 seed=self.params.seed,
                 stop_ids=tuple(sorted(set(self.params.stop_ids) | set(stop_ids))),
                 stop_strings=self.params.stop_strings,
+                grammar=self._words() if answer_now else grammar,
             )
             turn = TurnDecoder(self.dialect, tok, stop_strings=self.params.stop_strings)
             finish: Literal["stop", "length"] = "stop"
@@ -186,15 +211,19 @@ class Agent:
                 yield AgentResult(conv, step, "answer", new)
                 return
             keys = [(c.name, _canonical(c.arguments)) for c in calls]
-            if all(k in seen for k in keys):
+            if answer_now or all(k in seen for k in keys):
                 # Small models often repeat a call they already made instead of answering;
                 # running it again cannot tell them anything new. The repeated turn is dropped
-                # so the conversation stays valid (no call without a result).
+                # so the conversation stays valid (no call without a result); the model gets
+                # one more turn without tools, and if it still calls, the loop ends.
                 n = len(result.messages)
                 conv = Conversation(messages=conv.messages[:-n], tools=conv.tools)
                 del new[-n:]
-                yield AgentResult(conv, step, "repeated_call", new)
-                return
+                if answer_now or step == self.max_steps:
+                    yield AgentResult(conv, step, "repeated_call", new)
+                    return
+                answer_now = True
+                continue
             seen.update(keys)
             for call in calls:
                 yield ToolStarted(call)

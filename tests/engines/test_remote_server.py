@@ -121,3 +121,43 @@ def test_closing_the_stream_stops_it(url: str) -> None:
         assert gen.token_ids
 
     run(url, body)
+
+
+def test_grammars_constrain_the_reply(url: str) -> None:
+    """A whole-reply grammar (forced call, JSON) on every server kind that takes one; a lazy
+    call grammar where the server supports triggers (llama.cpp)."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "add",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                    "required": ["a", "b"],
+                },
+            },
+        }
+    ]
+
+    async def body(engine: Any) -> None:
+        ids = prompt(engine, "Say hello to Bob.", tools=tools)
+        forced = QWEN.call_grammar(tools, required=True, single=True)
+        params = SamplingParams(max_tokens=60, temperature=0, stop_ids=(IM_END,), grammar=forced)
+        gen = await engine.generate(ids, params)
+        calls = QWEN.parse(gen.token_ids, engine.tokenizer).message.tool_calls
+        assert len(calls) == 1 and calls[0].name == "add", gen.text
+        assert set(calls[0].arguments_dict()) == {"a", "b"}
+        if engine.grammar_support != "lazy":
+            return
+        lazy = QWEN.call_grammar(tools)
+        free = SamplingParams(max_tokens=40, temperature=0, stop_ids=(IM_END,), grammar=lazy)
+        for question in ("Say hello to Bob.", "What is 2 + 40?"):
+            gen = await engine.generate(prompt(engine, question, tools=tools), free)
+            turn = QWEN.parse(gen.token_ids, engine.tokenizer)
+            assert gen.finish_reason == "stop" and not turn.warnings, gen.text
+            for call in turn.message.tool_calls or ():  # whatever it chose, a valid call
+                args = call.arguments_dict()
+                assert call.name == "add" and all(type(args[k]) is int for k in "ab"), args
+
+    run(url, body)

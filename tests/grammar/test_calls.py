@@ -168,3 +168,11 @@ def test_strict_tool_schemas_are_checked() -> None:
     }
     with pytest.raises(SchemaError, match=r"^Invalid schema for function 'f': In context="):
         get_dialect("qwen2.5").call_grammar([Tool(definition=strict)])
+
+
+def test_a_reply_in_words(judge: GrammarOracle) -> None:
+    from chatfmt.grammar import WORDS
+
+    assert judge.accepts(WORDS.gbnf, "It is 19 °C in Berlin, with snow.")
+    for text in ('{"name": "get_weather"}', "<tool_call>", "```json\n{}```", " hi", "(x)"):
+        assert not judge.accepts(WORDS.gbnf, text), text

@@ -175,7 +175,14 @@ SCHEMAS: dict[str, tuple[dict[str, Any], list[str]]] = {
         ["moving house", "a garden in spring", "learning Python", "a trip to Japan", "exam week"],
     ),
     "answer": (
-        obj({"answer": {"type": ["string", "null"]}, "sources": array(STR, maxItems=3)}),
+        # Bounded: unbounded, the 0.5B model once repeated itself inside the string until
+        # max_tokens (greedy), which no grammar prevents; a schema's maxLength does.
+        obj(
+            {
+                "answer": {"type": ["string", "null"], "maxLength": 300},
+                "sources": array(STR, maxItems=3),
+            }
+        ),
         [
             "the capital of Australia",
             "who wrote Hamlet",

@@ -96,7 +96,10 @@ def test_openai_agents_sdk_with_a_tool(url: str) -> None:
         tools=[add],
         model=model,
         model_settings=agents.ModelSettings(temperature=0, max_tokens=200),
+        # The 0.5B model calls the tool again after its result, with or without grammars
+        # (measured): the agent's answer is the tool's result.
+        tool_use_behavior="stop_on_first_tool",
     )
-    result = asyncio.run(agents.Runner.run(agent, "What is 1234 + 4321?", max_turns=4))
+    result = asyncio.run(agents.Runner.run(agent, "What is 1234 + 4321?", max_turns=2))
     assert calls == [(1234, 4321)]
-    assert "5555" in str(result.final_output)
+    assert str(result.final_output) == "5555"  # the SDK hands tool output on as text

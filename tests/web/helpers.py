@@ -3,10 +3,11 @@ need not run in a fixed order, and a live server built on it."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -93,14 +94,31 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_server(app: FastAPI) -> Iterator[str]:
-    """Run ``app`` with uvicorn on 127.0.0.1 in a thread; yield its base URL."""
+def live_server(
+    app: FastAPI,
+    startup: Callable[[], Awaitable[None]] | None = None,
+    shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> Iterator[str]:
+    """Run ``app`` with uvicorn on 127.0.0.1 in a thread; yield its base URL. ``startup`` and
+    ``shutdown`` run on the server's event loop (an engine's child process belongs to it)."""
     import uvicorn
 
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="web-test-server", daemon=True)
+
+    async def main() -> None:
+        if startup is not None:
+            await startup()
+        try:
+            await server.serve()
+        finally:
+            if shutdown is not None:
+                await shutdown()
+
+    thread = threading.Thread(
+        target=asyncio.run, args=(main(),), name="web-test-server", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started:

@@ -7,9 +7,7 @@ tool call with its result, a code cell with its output), not that the model did 
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -39,7 +37,7 @@ REPLY_TIMEOUT = 240_000  # ms; about 20 tokens/s on two CPU cores
 @pytest.fixture(scope="module")
 def real_url() -> Iterator[str]:
     from chatfmt.engines.default_model import DEFAULT_MODEL_NAME, ensure_default_model
-    from chatfmt.engines.local import LocalEngine
+    from chatfmt.engines.llama_server import LlamaServerEngine
 
     factory = None
     if importlib.util.find_spec("jupyter_client") and importlib.util.find_spec("ipykernel"):
@@ -48,7 +46,8 @@ def real_url() -> Iterator[str]:
         def factory() -> JupyterInterpreter:
             return JupyterInterpreter(timeout=60).start()
 
-    engine = LocalEngine(ensure_default_model(progress=False))
+    # The engine `chatfmt serve` runs by default: llama-server, which enforces call grammars.
+    engine = LlamaServerEngine(ensure_default_model(progress=False), parallel=1, n_threads=2)
     app = FastAPI()
     mount_web(
         app,
@@ -59,12 +58,8 @@ def real_url() -> Iterator[str]:
         model_name=DEFAULT_MODEL_NAME,
         max_steps=3,  # the small model sometimes repeats a call; keep the test short
     )
-    with live_server(app) as url:
+    with live_server(app, startup=engine.connect, shutdown=engine.aclose) as url:
         yield url
-    # Playwright's sync API keeps an event loop running in this thread: close on another.
-    closer = threading.Thread(target=asyncio.run, args=(engine.aclose(),))
-    closer.start()
-    closer.join()
 
 
 @pytest.fixture
@@ -91,6 +86,29 @@ def test_real_tool_call(real_page: Page) -> None:
     expect(call.locator(".args")).to_contain_text("Paris")
     expect(call.locator(".output")).to_contain_text("demo data")
     shot(real_page, "real-tools.png")
+
+
+def test_real_tools_answer_with_the_tools_result(real_page: Page) -> None:
+    """With call grammars the small model calls the declared tool with valid arguments and
+    then answers from its result: the last reply states the demo reading's temperature."""
+    from chatfmt.web.demo import get_weather
+
+    real_page.get_by_label("Tools", exact=True).check()
+    send(real_page, "What is the weather in Berlin?")
+    wait_idle(real_page, REPLY_TIMEOUT)
+    expect(real_page.locator("details.call summary").first).to_contain_text("get_weather")
+    reading = get_weather("Berlin")
+    answer = real_page.locator(".msg.assistant .content").last
+    expect(answer).to_contain_text(str(reading["temperature"]))
+
+
+def test_real_tools_clock_question(real_page: Page) -> None:
+    """No tool tells the time: the turn ends with text, after at most one call."""
+    real_page.get_by_label("Tools", exact=True).check()
+    send(real_page, "What time is it now?")
+    wait_idle(real_page, REPLY_TIMEOUT)
+    assert real_page.locator("details.call").count() <= 1
+    expect(real_page.locator(".msg.assistant .content").last).not_to_be_empty()
 
 
 def test_real_interpreter(real_page: Page) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ..decoding import decode_turn, split_controls
 from ..events import Event, FinishReason, ParseResult
-from ..grammar import Grammar
+from ..grammar import Grammar, ToolLike
 from ..messages import Conversation, Message, Tool, ToolCall, as_conversation, new_call_id
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
@@ -172,7 +172,7 @@ class Dialect(ABC):
         return ()
 
     def call_grammar(
-        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
     ) -> Grammar | None:
         """A grammar for calls of ``tools`` in this dialect's syntax (``None``: it has none).
 

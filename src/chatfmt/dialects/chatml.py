@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..errors import ValidationError
-from ..grammar import Grammar
+from ..grammar import Grammar, ToolLike
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
@@ -150,7 +150,7 @@ class ChatML(Dialect):
         return (Control(TOOL_CALL, False), Text(opening))
 
     def call_grammar(
-        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
     ) -> Grammar:
         """Tagged calls; when lazy, also the bare and fenced JSON forms small Qwen models
         write (switched on by ``<tool_call>``, a reply starting ``{"name":``, or a

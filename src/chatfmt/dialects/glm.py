@@ -28,7 +28,7 @@ from ..events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from ..grammar import CallRules, Grammar, Trigger
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..messages import INTERPRETER, Message, Tool, ToolCall
 from ..segments import Segment, Text
@@ -469,7 +469,7 @@ class GLMDialect(Dialect):
         return c.arguments(tool)
 
     def call_grammar(
-        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
     ) -> Grammar:
         """Call segments: a declared tool's name as the metadata line, then its body; more
         segments follow their ``<|assistant|>``. When lazy, switched on by a reply whose
@@ -477,7 +477,7 @@ class GLMDialect(Dialect):
         c = CallRules(tools)
         segments = [
             c.rules.add(f"segment-{t.name}", f"{literal(t.name + NEWLINE)} {self.call_body(c, t)}")
-            for t in tools
+            for t in c.tools
         ]
         segment = c.rules.add("segment", " | ".join(segments))
         root = segment if single else f"{segment} ({literal(ASSISTANT)} {segment})*"

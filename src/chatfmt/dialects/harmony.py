@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Literal, NoReturn
 
 from ..errors import ValidationError
-from ..grammar import CallRules, Grammar, Trigger
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
-from ..messages import Conversation, Message, Tool
+from ..messages import Conversation, Message
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect
@@ -170,7 +170,7 @@ class Harmony(Dialect):
         return out
 
     def call_grammar(
-        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
     ) -> Grammar:
         """A message to ``functions.<a declared tool>`` and its JSON arguments (one call per
         message: ``<|call|>`` ends the turn). When lazy, switched on by ``to=functions.``,
@@ -183,7 +183,7 @@ class Harmony(Dialect):
                 f"call-{t.name}",
                 f"{literal(_RECIPIENT + t.name)} {head} {literal(MESSAGE)} {c.arguments(t)}",
             )
-            for t in tools
+            for t in c.tools
         ]
         call = c.rules.add("call", " | ".join(calls))
         preserved = (CHANNEL, CONSTRAIN, MESSAGE)

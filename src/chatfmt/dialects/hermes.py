@@ -24,10 +24,10 @@ from ..events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from ..grammar import CallRules, Grammar, Trigger
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..jsonscan import WS, CallScanner, empty_arguments
-from ..messages import Tool, ToolCall
+from ..messages import ToolCall
 from .base import StreamParser, finish_reason_for, single_message_result
 
 _NON_WS = re.compile(r"[^ \t\r\n]")
@@ -469,7 +469,7 @@ _FENCED_CALL = r'(```(?:json)?\s*\{\s*"name"\s*:)'
 
 
 def hermes_call_grammar(
-    tools: Sequence[Tool], open_tag: str, close_tag: str, *, required: bool, single: bool
+    tools: Sequence[ToolLike], open_tag: str, close_tag: str, *, required: bool, single: bool
 ) -> Grammar:
     """Calls in ``open_tag`` … ``close_tag``; when lazy, also bare and fenced JSON calls."""
     c = CallRules(tools)

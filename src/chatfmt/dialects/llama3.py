@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 from ..errors import PyCallError, ValidationError
 from ..events import Event, Finish, ToolCallDelta, ToolCallEnd, ToolCallStart
-from ..grammar import CallRules, Grammar, Trigger
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..jsonscan import WS
-from ..messages import Conversation, Message, Tool, ToolCall
+from ..messages import Conversation, Message, ToolCall
 from ..pycall import parse_tool_call
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_common
@@ -188,7 +188,7 @@ class Llama3(Dialect):
         return (Text(opening),)
 
     def call_grammar(
-        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
     ) -> Grammar:
         """One custom call, a JSON object with ``parameters`` (Llama 3 makes one call per
         message); when lazy, switched on by a reply that starts as such an object."""

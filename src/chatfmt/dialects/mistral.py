@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from ..errors import ValidationError
-from ..grammar import CallRules, Grammar, Trigger
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
@@ -230,7 +230,7 @@ class MistralV3(Dialect):
         )
 
     def call_grammar(
-        self, tools: Sequence[Tool], *, required: bool = False, single: bool = False
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
     ) -> Grammar:
         """``[TOOL_CALLS]`` and a JSON list of calls (each may carry its 9-character id);
         when lazy, switched on by ``[TOOL_CALLS]``."""

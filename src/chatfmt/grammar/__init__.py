@@ -7,17 +7,19 @@
   engine needs (llama.cpp's ``grammar`` / ``grammar_lazy`` / ``grammar_triggers``).
 """
 
-from .calls import ANY_OBJECT, CallRules, json_grammar
+from .calls import ANY_OBJECT, WORDS, CallRules, ToolLike, json_grammar
 from .gbnf import Grammar, Rules, Trigger
 from .schema import SchemaConverter, SchemaError
 
 __all__ = [
     "ANY_OBJECT",
+    "WORDS",
     "CallRules",
     "Grammar",
     "Rules",
     "SchemaConverter",
     "SchemaError",
+    "ToolLike",
     "Trigger",
     "json_grammar",
 ]

@@ -18,6 +18,8 @@ from ..messages import Tool
 from .gbnf import WS_RULE, Grammar, Rules, Trigger, literal
 from .schema import SchemaConverter, SchemaError, Syntax
 
+#: A tool as :class:`~chatfmt.messages.Tool` or as an OpenAI tool dict.
+ToolLike = Tool | Mapping[str, Any]
 #: ``response_format: {"type": "json_object"}``: any JSON object.
 ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 
@@ -36,13 +38,18 @@ def json_grammar(
     return Grammar(rules.gbnf(root))
 
 
+#: A reply in words: it cannot open with a call, JSON, code or a tag, and holds no control
+#: token (their text starts with ``<``). For a turn that must answer instead of calling.
+WORDS = Grammar("root ::= [^{}<\\[\\]`('\" \\t\\n] [^<]*\n")
+
+
 class CallRules:
     """Rules for calls of ``tools`` in one :class:`~chatfmt.grammar.gbnf.Rules` set."""
 
-    def __init__(self, tools: Sequence[Tool]) -> None:
+    def __init__(self, tools: Sequence[ToolLike]) -> None:
         if not tools:
             raise ValueError("a call grammar needs at least one tool")
-        self.tools = list(tools)
+        self.tools = [Tool.of(t) for t in tools]
         self.rules = Rules()
         self.ws = self.rules.shared("ws", WS_RULE)
 
