@@ -90,10 +90,13 @@ def test_real_tool_call(real_page: Page) -> None:
 
 def test_real_tools_answer_with_the_tools_result(real_page: Page) -> None:
     """With call grammars the small model calls the declared tool with valid arguments and
-    then answers from its result: the last reply states the demo reading's temperature."""
+    then answers from its result: the last reply states the demo reading's temperature. (The
+    0.5B model repeats the call first; the repeat is not run and it is asked for words. With
+    its default system prompt it then often declines; this one asks it to use the result.)"""
     from chatfmt.web.demo import get_weather
 
     real_page.get_by_label("Tools", exact=True).check()
+    use_results(real_page)
     send(real_page, "What is the weather in Berlin?")
     wait_idle(real_page, REPLY_TIMEOUT)
     expect(real_page.locator("details.call summary").first).to_contain_text("get_weather")
@@ -103,12 +106,23 @@ def test_real_tools_answer_with_the_tools_result(real_page: Page) -> None:
 
 
 def test_real_tools_clock_question(real_page: Page) -> None:
-    """No tool tells the time: the turn ends with text, after at most one call."""
+    """No tool tells the time: the turn ends with text, after at most one call run (a
+    repeated call is shown as not run)."""
     real_page.get_by_label("Tools", exact=True).check()
+    use_results(real_page)
     send(real_page, "What time is it now?")
     wait_idle(real_page, REPLY_TIMEOUT)
-    assert real_page.locator("details.call").count() <= 1
+    ran = real_page.locator("details.call").filter(has_not_text="not run")
+    assert ran.count() <= 1
     expect(real_page.locator(".msg.assistant .content").last).not_to_be_empty()
+
+
+def use_results(page: Page) -> None:
+    page.locator("summary", has_text="System prompt").click()
+    page.get_by_label("System prompt").fill(
+        "You are a helpful assistant. When a tool result arrives, answer the user with it in "
+        "one sentence."
+    )
 
 
 def test_real_interpreter(real_page: Page) -> None:
