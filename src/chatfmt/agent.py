@@ -19,7 +19,7 @@ from .decoding import TurnDecoder
 from .dialects.base import ConversationLike, Dialect
 from .engines.base import Engine, SamplingParams
 from .events import Event, ParseResult, TextDelta
-from .grammar import WORDS, Grammar, SchemaError
+from .grammar import Grammar, SchemaError
 from .messages import INTERPRETER, Conversation, Message, Tool, ToolCall, as_conversation
 from .segments import BlockEncoder
 
@@ -143,7 +143,7 @@ class Agent:
             return None
 
     def _words(self) -> Grammar | None:
-        return WORDS if self.engine.grammar_support != "none" else None
+        return self.dialect.answer_grammar() if self.engine.grammar_support != "none" else None
 
     async def run(self, conversation: ConversationLike) -> AgentResult:
         """Run the loop to the end, ignoring events."""
@@ -182,7 +182,7 @@ class Agent:
                 seed=self.params.seed,
                 stop_ids=tuple(sorted(set(self.params.stop_ids) | set(stop_ids))),
                 stop_strings=self.params.stop_strings,
-                grammar=self._words() if answer_now else grammar,
+                grammar=(self.params.grammar or self._words()) if answer_now else grammar,
             )
             turn = TurnDecoder(self.dialect, tok, stop_strings=self.params.stop_strings)
             finish: Literal["stop", "length"] = "stop"

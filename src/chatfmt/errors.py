@@ -9,6 +9,7 @@ Every error says what is wrong and what to do about it. The tree::
     ├── ContextOverflowError           the prompt does not fit the context window (the numbers)
     ├── ParseError                     model output is not what a strict reader expects
     │   └── PyCallError                text is not a literal-only ``tool_call(...)`` (``reason``)
+    ├── SchemaError (ValueError)       a JSON schema a grammar cannot enforce (strict) or read
     ├── ToolError                      a tool could not be registered or called
     ├── InterpreterError               the code interpreter could not run code
     └── EngineError                    the model runtime or remote engine failed
@@ -100,3 +101,21 @@ class RemoteHTTPError(EngineError):
 
 class MissingDependencyError(ImportError):
     """An optional dependency is missing; the message names the extra to install."""
+
+
+class SchemaError(ChatFmtError, ValueError):
+    """A JSON schema asks for something constrained decoding cannot guarantee (``strict``),
+    or is not a schema. ``path`` says where in it (``""``: the root); ``subject`` whose
+    schema it is (``"function 'add'"``), as OpenAI's messages say."""
+
+    def __init__(self, message: str, *, path: str = "", subject: str = "") -> None:
+        self.reason = message
+        self.path = path
+        self.subject = subject
+        where = f"In context=({path})" if path else "At the root"
+        head = f"Invalid schema for {subject}: " if subject else "Invalid schema: "
+        super().__init__(f"{head}{where}, {message}")
+
+    def of(self, subject: str) -> SchemaError:
+        """The same error, saying whose schema it is."""
+        return SchemaError(self.reason, path=self.path, subject=subject)

@@ -40,8 +40,9 @@ class GrammarOracle:
         llama_cpp.llama_sampler_free(sampler)
         return True
 
-    def accepts(self, gbnf: str, text: str) -> bool:
-        """Whether ``text`` is a whole sentence of the grammar."""
+    def accepts(self, gbnf: str, text: str, *, whole: bool = True) -> bool:
+        """Whether ``text`` is a whole sentence of the grammar (``whole=False``: the start
+        of one)."""
         sampler = llama_cpp.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
         assert sampler, f"llama.cpp rejected the grammar:\n{gbnf}"
         try:
@@ -49,7 +50,7 @@ class GrammarOracle:
                 if not self._allowed(sampler, token):
                     return False
                 llama_cpp.llama_sampler_accept(sampler, token)
-            return self._allowed(sampler, self.eos)
+            return self._allowed(sampler, self.eos) if whole else True
         finally:
             llama_cpp.llama_sampler_free(sampler)
 

@@ -150,8 +150,43 @@ def test_small_qwen_models_bare_and_fenced_calls(judge: GrammarOracle) -> None:
     ):
         started = from_trigger(g, text)
         assert started is not None and judge.accepts(g.gbnf, started), text
-    # The invented-name case of the issue: once `{"name":` starts, only declared names fit.
-    assert not judge.accepts(g.gbnf, '{"name": "add_args", "arguments": {}}')
+    # A name the user did not declare stays possible (the server returns it as text, as
+    # without a grammar: forcing declared names turned plain questions into calls), but a
+    # declared name must come with its own arguments.
+    assert judge.accepts(g.gbnf, '{"name": "add_args", "arguments": {"x": [1]}}')
+    assert judge.accepts(g.gbnf, '{"name": "get_weathe", "arguments": {}}')
+    assert not judge.accepts(g.gbnf, '{"name": "get_weather", "arguments": {}}')
+    assert not judge.accepts(g.gbnf, '{"name": "get_weather", "arguments": {"city": 5}}')
+    forced = get_dialect("qwen2.5").call_grammar(TOOLS, required=True)
+    assert forced is not None
+    invented = '<tool_call>\n{"name": "add_args", "arguments": {}}\n</tool_call>'
+    assert not judge.accepts(forced.gbnf, invented)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5", "llama3", "glm4", "chatglm3"])
+@pytest.mark.parametrize("ws", ["", " ", "\n", "  ", "\n    ", "\t", "\r\n", "\n\n"])
+def test_a_trigger_never_starts_what_the_grammar_refuses(
+    judge: GrammarOracle, name: str, ws: str
+) -> None:
+    """When a trigger fires, llama.cpp feeds the grammar the text it matched (written before
+    any constraint): a match the grammar refuses would fail the request, so triggers must be
+    no looser than the grammar's whitespace. What follows is written under the grammar."""
+    dialect = get_dialect(name)
+    g = dialect.call_grammar(TOOLS)
+    assert g is not None
+    out = output_of(dialect, [("get_time", {})])
+    variants = {
+        out.replace('{"', "{" + ws + '"', 1),
+        out.replace('"name":', '"name"' + ws + ":", 1),
+        out.replace("get_time\n", "get_time\n" + ws, 1),
+    }
+    for text in variants:
+        # The shortest prefix that fires a trigger: what the grammar is handed.
+        fired = next(
+            (s for end in range(len(text)) if (s := from_trigger(g, text[: end + 1]))), None
+        )
+        if fired is not None:
+            assert judge.accepts(g.gbnf, fired, whole=False), repr(fired)
 
 
 def test_strict_tool_schemas_are_checked() -> None:
@@ -176,3 +211,20 @@ def test_a_reply_in_words(judge: GrammarOracle) -> None:
     assert judge.accepts(WORDS.gbnf, "It is 19 °C in Berlin, with snow.")
     for text in ('{"name": "get_weather"}', "<tool_call>", "```json\n{}```", " hi", "(x)"):
         assert not judge.accepts(WORDS.gbnf, text), text
+
+
+def test_names_that_are_hard_for_grammars_and_patterns(judge: GrammarOracle) -> None:
+    """Tool names with regex and GBNF syntax, quotes and non-ASCII stay literal."""
+    odd = [
+        Tool(
+            definition={"name": n, "parameters": {"type": "object", "additionalProperties": False}}
+        )
+        for n in ("a.b(c)*", 'say "hi"\\', "wetter-ö", "x]^-[")
+    ]
+    g = get_dialect("qwen2.5").call_grammar(odd)
+    assert g is not None
+    for t in odd:
+        text = json.dumps({"name": t.name, "arguments": {}}, ensure_ascii=False)
+        assert judge.accepts(g.gbnf, text), text
+    assert judge.accepts(g.gbnf, '{"name": "a.b(c)", "arguments": {"z": 1}}')  # undeclared
+    assert not judge.accepts(g.gbnf, '{"name": "wetter-ö", "arguments": {"z": 1}}')

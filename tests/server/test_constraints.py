@@ -105,8 +105,9 @@ def test_strict_schemas_with_unenforceable_keywords_are_refused(serve: Any) -> N
     tool = {"type": "function", "function": {"name": "f", "parameters": params, "strict": True}}
     _, r = serve("lazy", {"messages": USER_HI, "tools": [tool]})
     err = r.json()["error"]
-    assert r.status_code == 400 and err["param"] == "tools"
-    assert err["code"] == "invalid_json_schema" and err["type"] == "invalid_request_error"
+    assert r.status_code == 400 and err["param"] == "tools[0].function.parameters"
+    assert err["code"] == "invalid_function_parameters"
+    assert err["type"] == "invalid_request_error"
     assert err["message"].startswith("Invalid schema for function 'f': In context=(")
     assert "'pattern' is not supported" in err["message"]
     # Without strict the keyword is not enforced, and the call still is.
@@ -144,3 +145,15 @@ def test_call_grammar_off_leaves_only_auto_calls_free(make_fake: Any, qwen_diale
         app = create_app(fake, qwen_dialect, model_name="m", call_grammar=False)
         assert post(app, {"messages": USER_HI, **extra}).status_code == 200
         assert (fake.params[0].grammar is not None) is constrained, extra
+
+
+def test_a_schema_no_grammar_can_read_leaves_calls_free_unless_strict(serve: Any) -> None:
+    params = {"type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": params}}
+    for choice in ("auto", "required"):
+        body = {"messages": USER_HI, "tools": [tool], "tool_choice": choice}
+        fake, r = serve("lazy", body, script="ok<|im_end|>")
+        assert r.status_code == 200 and fake.params[0].grammar is None
+    strict = {"type": "function", "function": {**tool["function"], "strict": True}}
+    _, r = serve("lazy", {"messages": USER_HI, "tools": [WEATHER_TOOL, strict]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[1].function.parameters"

@@ -121,3 +121,43 @@ def test_forced_calls_always_validate(client: Any) -> None:
         return None
 
     run_all(call_cases(), one)
+
+
+def test_streams_equal_whole_replies_under_constraints(client: Any) -> None:
+    """The same greedy request streamed and whole: the same text and the same calls, and the
+    streamed arguments only ever grow (append-only deltas)."""
+    name, schema, prompt = json_cases()[0]
+    tool, question = call_cases()[0]
+    bodies = [
+        {
+            "messages": [{"role": "user", "content": prompt}],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema},
+            },
+        },
+        {"messages": [{"role": "user", "content": question}], "tools": [tool]},
+        {
+            "messages": [{"role": "user", "content": question}],
+            "tools": [tool],
+            "tool_choice": "required",
+        },
+    ]
+    for body in bodies:
+        args = {"model": "default", "temperature": 0, "max_tokens": 300, **body}
+        whole = client.chat.completions.create(**args).choices[0].message
+        text, calls = "", {}
+        for chunk in client.chat.completions.create(**args, stream=True):
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            text += delta.content or ""
+            for d in delta.tool_calls or ():
+                name_, so_far = calls.get(d.index, ("", ""))
+                calls[d.index] = (
+                    name_ or (d.function.name or ""),
+                    so_far + (d.function.arguments or ""),
+                )
+        assert text == (whole.content or ""), body
+        got = [calls[i] for i in sorted(calls)]
+        assert got == [(c.function.name, c.function.arguments) for c in whole.tool_calls or ()]

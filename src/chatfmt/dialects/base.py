@@ -185,6 +185,12 @@ class Dialect(ABC):
         """
         return None
 
+    def answer_grammar(self) -> Grammar | None:
+        """A grammar for a reply in words only (no call, no JSON, no code), for a turn that
+        must answer rather than call; ``None`` where the reply has a structure of its own
+        (a metadata line, channels) that such a grammar would break."""
+        return None
+
     def interpreter_observation(self, output: str) -> str:
         """The observation text for code-interpreter output (as the model was trained to read
         it); plain text unless the dialect has a convention."""

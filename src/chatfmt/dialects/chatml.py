@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..errors import ValidationError
-from ..grammar import Grammar, ToolLike
+from ..grammar import WORDS, Grammar, ToolLike
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
@@ -158,6 +158,10 @@ class ChatML(Dialect):
         return hermes_call_grammar(
             tools, TOOL_CALL, TOOL_CALL_END, required=required, single=single
         )
+
+    def answer_grammar(self) -> Grammar:
+        """A reply that opens with a word: plain text is all this format's reply is."""
+        return WORDS
 
     def _header(self, role: str, metadata: str | None) -> str:
         return f"{role} {metadata}" if metadata else role

@@ -476,15 +476,22 @@ class GLMDialect(Dialect):
         first line is a declared tool's name."""
         c = CallRules(tools)
         segments = [
-            c.rules.add(f"segment-{t.name}", f"{literal(t.name + NEWLINE)} {self.call_body(c, t)}")
+            c.rules.add(
+                f"segment-{t.name}", f"{literal(t.name + NEWLINE)} {c.ws} {self.call_body(c, t)}"
+            )
             for t in c.tools
         ]
         segment = c.rules.add("segment", " | ".join(segments))
         root = segment if single else f"{segment} ({literal(ASSISTANT)} {segment})*"
         if required:
             return c.grammar(root, preserved=(ASSISTANT,))
-        first_line = Trigger("pattern_full", f"({c.names_pattern()}\n)[\\s\\S]*")
-        return c.grammar(root, triggers=(first_line,), preserved=(ASSISTANT,))
+        # The first line of the reply, or of a later segment (after text).
+        line = f"({c.names_pattern()}\n)"
+        triggers = (
+            Trigger("pattern_full", line + r"[\s\S]*"),
+            Trigger("pattern", r"<\|assistant\|>" + line),
+        )
+        return c.grammar(root, triggers=triggers, preserved=(ASSISTANT,))
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """A named call is forced by writing its metadata line (the tool name); which tool to

@@ -25,7 +25,7 @@ from ..events import (
     ToolCallStart,
 )
 from ..grammar import CallRules, Grammar, ToolLike, Trigger
-from ..grammar.gbnf import literal
+from ..grammar.gbnf import WS_PATTERN, literal
 from ..jsonscan import WS, CallScanner, empty_arguments
 from ..messages import ToolCall
 from .base import StreamParser, finish_reason_for, single_message_result
@@ -464,8 +464,8 @@ class HermesParser(StreamParser):
 
 
 # A reply that starts as a JSON call object, or a fenced one anywhere in it.
-_BARE_CALL = r'\s*(\{\s*"name"\s*:)[\s\S]*'
-_FENCED_CALL = r'(```(?:json)?\s*\{\s*"name"\s*:)'
+_BARE_CALL = rf'\s*(\{{{WS_PATTERN}"name"{WS_PATTERN}:)[\s\S]*'
+_FENCED_CALL = rf'(```(?:json)?{WS_PATTERN}\{{{WS_PATTERN}"name"{WS_PATTERN}:)'
 
 
 def hermes_call_grammar(
@@ -473,7 +473,7 @@ def hermes_call_grammar(
 ) -> Grammar:
     """Calls in ``open_tag`` … ``close_tag``; when lazy, also bare and fenced JSON calls."""
     c = CallRules(tools)
-    call, ws = c.call_object(), c.ws
+    call, ws = c.call_object(undeclared=not required), c.ws
     tagged = c.rules.add(
         "tagged-call", f"{literal(open_tag)} {ws} {call} {ws} {literal(close_tag)}"
     )

@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from ..errors import PyCallError, ValidationError
 from ..events import Event, Finish, ToolCallDelta, ToolCallEnd, ToolCallStart
-from ..grammar import CallRules, Grammar, ToolLike, Trigger
+from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
+from ..grammar.gbnf import WS_PATTERN
 from ..jsonscan import WS
 from ..messages import Conversation, Message, ToolCall
 from ..pycall import parse_tool_call
@@ -60,7 +61,7 @@ def _date(day: datetime.date) -> str:
 
 
 #: A reply that starts as a custom call object (``{"type": "function", "name": …``).
-_JSON_CALL_START = r'\s*(\{\s*"(?:type|name)"\s*:)[\s\S]*'
+_JSON_CALL_START = rf'\s*(\{{{WS_PATTERN}"(?:type|name)"{WS_PATTERN}:)[\s\S]*'
 
 
 def _call_text(call: ToolCall) -> str:
@@ -193,10 +194,14 @@ class Llama3(Dialect):
         """One custom call, a JSON object with ``parameters`` (Llama 3 makes one call per
         message); when lazy, switched on by a reply that starts as such an object."""
         c = CallRules(tools)
-        call = c.call_object(args_key="parameters", type_function=True)
+        call = c.call_object(args_key="parameters", type_function=True, undeclared=not required)
         if required:
             return c.grammar(call)
         return c.grammar(call, triggers=(Trigger("pattern_full", _JSON_CALL_START),))
+
+    def answer_grammar(self) -> Grammar:
+        """A reply that opens with a word: plain text is all this format's reply is."""
+        return WORDS
 
     # ==== Parsing ====
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from ..errors import ValidationError
-from ..grammar import CallRules, Grammar, ToolLike, Trigger
+from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
@@ -237,10 +237,16 @@ class MistralV3(Dialect):
         c = CallRules(tools)
         ws = c.ws
         call_id = f'{ws} "," {ws} "\\"id\\"" {ws} ":" {ws} "\\"" [a-zA-Z0-9]{{9}} "\\""'
-        calls = c.many(c.call_object(trailing=call_id), single=single, sep='","')
+        calls = c.many(
+            c.call_object(trailing=call_id, undeclared=not required), single=single, sep='","'
+        )
         body = f'{literal(CALLS)} {ws} "[" {ws} {calls} {ws} "]"'
         triggers = () if required else (Trigger("word", CALLS),)
         return c.grammar(body, triggers=triggers, preserved=(CALLS,))
+
+    def answer_grammar(self) -> Grammar:
+        """A reply that opens with a word: plain text is all this format's reply is."""
+        return WORDS
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """``[TOOL_CALLS]``, and the call's opening up to the arguments when it is named."""

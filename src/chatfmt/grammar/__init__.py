@@ -7,9 +7,10 @@
   engine needs (llama.cpp's ``grammar`` / ``grammar_lazy`` / ``grammar_triggers``).
 """
 
+from ..errors import SchemaError
 from .calls import ANY_OBJECT, WORDS, CallRules, ToolLike, json_grammar
 from .gbnf import Grammar, Rules, Trigger
-from .schema import SchemaConverter, SchemaError
+from .schema import SchemaConverter
 
 __all__ = [
     "ANY_OBJECT",

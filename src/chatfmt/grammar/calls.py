@@ -14,10 +14,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..errors import SchemaError
 from ..messages import Tool
 from .gbnf import WS_RULE, Grammar, Rules, Trigger, literal
-from .schema import SchemaConverter, SchemaError, Syntax
+from .schema import SchemaConverter, Syntax
 
+#: ECMAScript's syntax characters: escaped in patterns, nothing else (std::regex, which
+#: llama.cpp uses, need not accept Python's other escapes).
+_REGEX_SPECIAL = re.compile(r"[\^$\\.*+?()[\]{}|/]")
 #: A tool as :class:`~chatfmt.messages.Tool` or as an OpenAI tool dict.
 ToolLike = Tool | Mapping[str, Any]
 #: ``response_format: {"type": "json_object"}``: any JSON object.
@@ -77,25 +81,66 @@ class CallRules:
             raise exc.of(f"function {tool.name!r}") from None
 
     def call_object(
-        self, *, args_key: str = "arguments", type_function: bool = False, trailing: str = ""
+        self,
+        *,
+        args_key: str = "arguments",
+        type_function: bool = False,
+        trailing: str = "",
+        undeclared: bool = False,
     ) -> str:
         """``{"name": <a declared tool>, "<args_key>": <its arguments>}``; with
         ``type_function`` an optional leading ``"type": "function"`` (Llama 3's form);
-        ``trailing``: an optional last member (GBNF, its comma included)."""
-        alts = []
-        for tool in self.tools:
-            args = self.arguments(tool)
-            ws = self.ws
-            head = f'"{{" {ws}'
-            if type_function:
-                head += f' ("\\"type\\"" {ws} ":" {ws} "\\"function\\"" {ws} "," {ws})?'
-            name = literal(json.dumps(tool.name, ensure_ascii=False))
-            key = literal(json.dumps(args_key))
-            pair = f'{key} {ws} ":" {ws} {args}'
-            pair += f" ({trailing})?" if trailing else ""
-            body = f'{head} "\\"name\\"" {ws} ":" {ws} {name} {ws} "," {ws} {pair} {ws} "}}"'
-            alts.append(self.rules.add(f"call-{tool.name}", body))
+        ``trailing``: an optional last member (GBNF, its comma included).
+
+        ``undeclared``: also any *other* name with any object as arguments. A lazy grammar
+        uses it so that a model starting a call the user did not ask for (a joke written as
+        ``{"name": "tell_joke"}``) is not pushed into calling a declared tool instead: the
+        server returns such a call as text, as without a grammar (measured: forcing declared
+        names turned 9 of 30 plain questions into calls)."""
+        ws = self.ws
+        head = f'"{{" {ws}'
+        if type_function:
+            head += f' ("\\"type\\"" {ws} ":" {ws} "\\"function\\"" {ws} "," {ws})?'
+        key = literal(json.dumps(args_key))
+
+        def obj(name: str, args: str) -> str:
+            pair = f'{key} {ws} ":" {ws} {args}' + (f" ({trailing})?" if trailing else "")
+            return f'{head} "\\"name\\"" {ws} ":" {ws} {name} {ws} "," {ws} {pair} {ws} "}}"'
+
+        alts = [
+            self.rules.add(
+                f"call-{t.name}",
+                obj(literal(json.dumps(t.name, ensure_ascii=False)), self.arguments(t)),
+            )
+            for t in self.tools
+        ]
+        if undeclared:
+            any_object = SchemaConverter(self.rules).value({"type": "object"}, "args")
+            alts.append(self.rules.add("call-other", obj(self._other_name(), any_object)))
         return self.rules.add("call", " | ".join(alts))
+
+    def _other_name(self) -> str:
+        """A JSON string that is none of the declared tool names (a trie of the names: at
+        each node, leaving the trie frees the rest of the string; a name may not end where
+        a declared one does)."""
+        names = [t.name for t in self.tools]
+        anything = self.rules.add("other-rest", f'{self._char()}* "\\""')
+
+        def node(prefix: str) -> str:
+            nexts = sorted({n[len(prefix)] for n in names if n.startswith(prefix) and n != prefix})
+            alts = [f"{literal(c)} {node(prefix + c)}" for c in nexts]
+            # Any other character (or an escape) leaves every name behind.
+            other = "".join(_class_char(c) for c in nexts)
+            alts.append(f'[^"\\\\\\x00-\\x1F{other}] {anything}')
+            alts.append(f'"\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{{4}}) {anything}')
+            if prefix not in names:
+                alts.append('"\\""')
+            return self.rules.add(f"other-{prefix or 'name'}", " | ".join(alts))
+
+        return f'"\\"" {node("")}'
+
+    def _char(self) -> str:
+        return SchemaConverter(self.rules).char_rule()
 
     def many(self, item: str, *, single: bool, sep: str = "") -> str:
         """``item`` once (``single``) or one or more times, ``sep`` (and whitespace) between."""
@@ -106,7 +151,7 @@ class CallRules:
 
     def names_pattern(self) -> str:
         """A regular expression (ECMAScript) matching any declared tool name."""
-        return "(?:" + "|".join(re.escape(t.name) for t in self.tools) + ")"
+        return "(?:" + "|".join(_REGEX_SPECIAL.sub(r"\\\g<0>", t.name) for t in self.tools) + ")"
 
     def grammar(
         self, root: str, *, triggers: Sequence[Trigger] = (), preserved: Sequence[str] = ()
@@ -118,3 +163,12 @@ class CallRules:
             triggers=tuple(triggers),
             preserved=tuple(preserved),
         )
+
+
+def _class_char(c: str) -> str:
+    """``c`` inside a GBNF character class (llama.cpp reads ``\\]``, ``\\\\``, ``\\x..``)."""
+    if c in "]\\^-[":
+        return f"\\x{ord(c):02X}"
+    if ord(c) < 0x20:
+        return f"\\x{ord(c):02X}"
+    return c

@@ -13,13 +13,27 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import SchemaError
+
+#: ``WS_RULE`` as a regular expression, for triggers: the text a trigger matches is fed to
+#: the grammar, so a trigger must never match more whitespace than the grammar allows.
+WS_PATTERN = r"(?: |\n[ \t]{0,20})?"
 #: Whitespace between JSON tokens. Bounded: an unbounded run lets a small model emit
 #: newlines until max_tokens (a known failure of ``[ \t\n]*`` grammars).
 WS_RULE = '| " " | "\\n" [ \\t]{0,20}'
 
 _LITERAL_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_CLASS_ESCAPES = {"]": "\\]", "\\": "\\\\", "-": "\\-", "^": "\\^", "\n": "\\n", "\t": "\\t"}
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9]+")
+#: Rules with fixed names, shared by every schema of a grammar.
+SHARED_NAMES = frozenset(
+    ["root", "ws", "integer", "number", "date-string", "time-string", "date-time-string"]
+    + ["uuid-string"]
+    + [
+        f"{syntax}-{kind}"
+        for syntax in ("json", "python")
+        for kind in ("char", "string", "value", "object", "array", "boolean", "null")
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -67,12 +81,6 @@ def literal(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def char_class(chars: str, *, negate: bool = False) -> str:
-    """``[...]`` matching (or with ``negate``, not matching) any of ``chars``."""
-    body = "".join(_CLASS_ESCAPES.get(c, c) for c in chars)
-    return f"[{'^' if negate else ''}{body}]"
-
-
 def rule_name(hint: str) -> str:
     """A rule name from any text (GBNF names are ``[a-zA-Z0-9-]+``)."""
     return _NAME_CHARS.sub("-", hint).strip("-").lower() or "r"
@@ -81,7 +89,7 @@ def rule_name(hint: str) -> str:
 def repeat(item: str, low: int, high: int | None, *, sep: str = "") -> str:
     """``item`` ``low`` to ``high`` times (``None``: no upper bound), ``sep`` between."""
     if high is not None and high < low:
-        raise ValueError(f"no string repeats between {low} and {high} times")
+        raise SchemaError(f"no value has between {low} and {high} items or characters")
     if not sep:
         if high is None:
             return f"({item}){{{low},}}" if low else f"({item})*"
@@ -95,10 +103,13 @@ def repeat(item: str, low: int, high: int | None, *, sep: str = "") -> str:
 
 
 class Rules:
-    """A set of named rules; names are made unique as rules are added."""
+    """A set of named rules; names are made unique as rules are added. Names given to
+    :meth:`shared` rules (and ``root``) are never handed out by :meth:`reserve`, whatever a
+    schema calls its definitions."""
 
     def __init__(self) -> None:
         self._rules: dict[str, str] = {}
+        self._kept = set(SHARED_NAMES)
 
     def __contains__(self, name: str) -> bool:
         return name in self._rules
@@ -107,7 +118,7 @@ class Rules:
         """A fresh name, held for a rule defined later (recursive schemas refer to it)."""
         base = rule_name(hint)
         name, n = base, 1
-        while name in self._rules:
+        while name in self._rules or name in self._kept:
             n += 1
             name = f"{base}-{n}"
         self._rules[name] = ""
@@ -127,6 +138,7 @@ class Rules:
 
     def shared(self, name: str, body: str) -> str:
         """A rule of fixed name and body (``ws``, ``json-string``…), defined once."""
+        assert name in self._kept, f"{name!r} is not a shared rule name"
         if name not in self._rules:
             self._rules[name] = body
         return name

@@ -24,7 +24,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..errors import ChatFmtError
+from ..errors import SchemaError
+from ..pycall import is_argument_name
 from .gbnf import WS_RULE, Rules, literal, repeat
 
 Syntax = Literal["json", "python"]
@@ -52,25 +53,9 @@ _FORMATS = {
     "uuid": "uuid",
 }
 _MAX_INT_RANGE = 256
+#: The largest string length and item count a grammar spells out.
+_MAX_LENGTH, _MAX_ITEMS = 1000, 100
 _SCALARS = ("string", "number", "integer", "boolean", "null")
-
-
-class SchemaError(ChatFmtError, ValueError):
-    """A JSON schema asks for something constrained decoding cannot guarantee (``strict``),
-    or is not a schema. ``path`` says where in it (``""``: the root); ``subject`` whose
-    schema it is (``"function 'add'"``), as OpenAI's messages say."""
-
-    def __init__(self, message: str, *, path: str = "", subject: str = "") -> None:
-        self.reason = message
-        self.path = path
-        self.subject = subject
-        where = f"In context=({path})" if path else "At the root"
-        head = f"Invalid schema for {subject}: " if subject else "Invalid schema: "
-        super().__init__(f"{head}{where}, {message}")
-
-    def of(self, subject: str) -> SchemaError:
-        """The same error, saying whose schema it is."""
-        return SchemaError(self.reason, path=self.path, subject=subject)
 
 
 class SchemaConverter:
@@ -115,7 +100,9 @@ class SchemaConverter:
                 rest = {k: v for k, v in schema.items() if k != key}
                 branches = _list(schema[key], key, path)
                 alts = [
-                    self.value({**rest, **_as_mapping(b, path)}, hint, f"{path}.{key}[{i}]")
+                    self.value(
+                        self._merge(rest, _as_mapping(b, path), path), hint, f"{path}.{key}[{i}]"
+                    )
                     for i, b in enumerate(branches)
                 ]
                 return self.rules.add(hint, " | ".join(alts))
@@ -156,7 +143,8 @@ class SchemaConverter:
             return self._primitive("boolean")
         if kind == "null":
             return self._primitive("null")
-        raise SchemaError(f"unknown type {kind!r}", path=path)
+        self._ignore(path, f"type {kind!r}", why="is not a JSON Schema type")
+        return self._any()
 
     def _object(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
         name = self.rules.reserve(hint)
@@ -176,11 +164,15 @@ class SchemaConverter:
             raise SchemaError("'properties' must be an object", path=path)
         required = set(_list(schema.get("required", []), "required", path))
         extra = schema.get("additionalProperties", None if props else True)
-        missing = required - set(props)
-        if missing and extra in (None, False):
+        missing = [k for k in required if k not in props]
+        if missing and extra is False:
             raise SchemaError(
-                f"required properties {sorted(missing)} are not in 'properties'", path=path
+                f"required properties {missing} are not in 'properties' and "
+                "additionalProperties is false: no object is valid",
+                path=path,
             )
+        # A required name without a schema may hold any value.
+        props = {**props, **dict.fromkeys(missing, True)}
         items: list[tuple[str, bool]] = []
         for key, sub in props.items():
             value = self.value(sub, f"{hint}-{key}", f"{path}.properties.{key}")
@@ -188,11 +180,12 @@ class SchemaConverter:
         sep = f'{self.ws} "," {self.ws}'
         # After the declared properties: more of additionalProperties, when allowed.
         led = free = ""
-        if extra not in (None, False):
+        # Extra keyword arguments are left out (allowed, never required): a grammar cannot
+        # easily keep Python's keywords out of their names.
+        if extra not in (None, False) and not kwargs:
             value = self.value(extra, f"{hint}-extra", f"{path}.additionalProperties")
-            key = "[a-zA-Z_] [a-zA-Z0-9_]*" if kwargs else self._string_rule()
-            colon = '"="' if kwargs else f'{self.ws} ":" {self.ws}'
-            kv = self.rules.add(f"{hint}-extra-kv", f"{key} {colon} {value}")
+            colon = f'{self.ws} ":" {self.ws}'
+            kv = self.rules.add(f"{hint}-extra-kv", f"{self._string_rule()} {colon} {value}")
             led, free = f"({sep} {kv})*", repeat(kv, 0, None, sep=sep)
         # Declared properties in order, each optional one present or not, commas between:
         # led: the rest when a comma must precede its first member; free: when none may.
@@ -208,7 +201,7 @@ class SchemaConverter:
 
     def _member(self, key: str, value: str, hint: str, path: str, kwargs: bool) -> str:
         if kwargs:
-            if not key.isidentifier():
+            if not is_argument_name(key):
                 raise SchemaError(
                     f"property {key!r} cannot be a keyword argument (not a Python name)", path=path
                 )
@@ -218,24 +211,25 @@ class SchemaConverter:
         )
 
     def _array(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
-        low = _int(schema.get("minItems", 0), "minItems", path)
-        high = schema.get("maxItems")
-        high = None if high is None else _int(high, "maxItems", path)
+        low, high = self._bounds(schema, "minItems", "maxItems", _MAX_ITEMS, path)
         sep = f'{self.ws} "," {self.ws}'
+        items = schema.get("items", True)
         prefix = _list(schema.get("prefixItems", []), "prefixItems", path)
+        if isinstance(items, list):  # draft 4-2019: "items" as a list is a tuple
+            prefix, items = items, schema.get("additionalItems", True)
         if prefix:
+            self._unenforced(schema, path, ("minItems", "maxItems"))
             # A tuple: the listed items in order, then (if allowed) more of ``items``.
             parts = [
                 self.value(s, f"{hint}-{i}", f"{path}.prefixItems[{i}]")
                 for i, s in enumerate(prefix)
             ]
-            tail = schema.get("items", True)
             body = f" {sep} ".join(parts)
-            if tail is not False:
-                item = self.value(tail, f"{hint}-item", f"{path}.items")
+            if items is not False:
+                item = self.value(items, f"{hint}-item", f"{path}.items")
                 body += f" ({sep} {item})*"
             return self.rules.add(hint, f'"[" {self.ws} {body} {self.ws} "]"')
-        item = self.value(schema.get("items", True), f"{hint}-item", f"{path}.items")
+        item = self.value(items, f"{hint}-item", f"{path}.items")
         inner = repeat(item, low, high, sep=sep)
         return self.rules.add(hint, f'"[" {self.ws} {inner} {self.ws} "]"')
 
@@ -245,12 +239,10 @@ class SchemaConverter:
             if fmt in _FORMATS:
                 return self._format(_FORMATS[fmt])
             self._unenforced(schema, path, ("format",))
-        low = _int(schema.get("minLength", 0), "minLength", path)
-        high = schema.get("maxLength")
-        high = None if high is None else _int(high, "maxLength", path)
+        low, high = self._bounds(schema, "minLength", "maxLength", _MAX_LENGTH, path)
         if low == 0 and high is None:
             return self._string_rule()
-        char = self._char_rule()
+        char = self.char_rule()
         return f'"\\"" {repeat(char, low, high)} "\\""'
 
     def _integer(self, schema: Mapping[str, Any], path: str) -> str:
@@ -264,6 +256,24 @@ class SchemaConverter:
             return '("0" | [1-9] [0-9]{0,15})'
         self._unenforced(schema, path, ("minimum", "maximum"))
         return self._primitive("integer")
+
+    def _bounds(
+        self, schema: Mapping[str, Any], lo: str, hi: str, cap: int, path: str
+    ) -> tuple[int, int | None]:
+        """A count's bounds; past ``cap`` a bound is not enforced (llama.cpp refuses grammars
+        whose repetitions expand past a few thousand symbols)."""
+        low = _int(schema.get(lo, 0), lo, path)
+        high = schema.get(hi)
+        high = None if high is None else _int(high, hi, path)
+        if high is not None and high < low:
+            raise SchemaError(f"{lo} {low} is more than {hi} {high}: no value is valid", path=path)
+        if low > cap:
+            self._ignore(path, lo, why=f"above {cap} cannot be enforced")
+            low = 0
+        if high is not None and high > cap:
+            self._ignore(path, hi, why=f"above {cap} cannot be enforced")
+            high = None
+        return low, high
 
     # ==== Shared rules ====
 
@@ -280,7 +290,7 @@ class SchemaConverter:
             return integer
         return self.rules.shared("number", f'{integer} ("." [0-9]+)? ([eE] [-+]? [0-9]+)?')
 
-    def _char_rule(self) -> str:
+    def char_rule(self) -> str:
         escapes = '["\\\\bfnrt]' if self.syntax == "python" else '["\\\\/bfnrt]'
         return self.rules.shared(
             f"{self.syntax}-char",
@@ -288,7 +298,7 @@ class SchemaConverter:
         )
 
     def _string_rule(self) -> str:
-        char = self._char_rule()
+        char = self.char_rule()
         return self.rules.shared(f"{self.syntax}-string", f'"\\"" {char}* "\\""')
 
     def _any(self) -> str:
@@ -358,14 +368,18 @@ class SchemaConverter:
 
     def _ref(self, schema: Mapping[str, Any], path: str) -> str:
         ref = schema["$ref"]
+        siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in _ANNOTATIONS}
+        target = self._target(ref, path)
+        if siblings:  # its own rule: the siblings apply here only, not at every use
+            return self.value(self._merge(_as_mapping(target, path), siblings, path), "ref", path)
         if ref in self._refs:
             return self._refs[ref]
-        target = self._target(ref, path)
         name = self.rules.reserve(str(ref).rsplit("/", 1)[-1] or "root-ref")
         self._refs[ref] = name  # before converting: a recursive schema refers back to it
-        siblings = {k: v for k, v in schema.items() if k != "$ref"}
-        merged = {**_as_mapping(target, path), **siblings} if siblings else target
-        return self.rules.define(name, self.value(merged, name, f"{path}.$ref"))
+        body = self.value(target, name, f"{path}.$ref")
+        if name in body.split(" | ") or body == name:
+            raise SchemaError(f"$ref {ref!r} refers to itself with nothing in between", path=path)
+        return self.rules.define(name, body)
 
     def _merge_all_of(self, schema: Mapping[str, Any], path: str) -> dict[str, Any]:
         merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
@@ -373,13 +387,22 @@ class SchemaConverter:
             part = dict(_as_mapping(part, f"{path}.allOf[{i}]"))
             if "$ref" in part:
                 part = {**_as_mapping(self._target(part.pop("$ref"), path), path), **part}
-            for key, value in part.items():
-                if key == "properties":
-                    merged["properties"] = {**merged.get("properties", {}), **value}
-                elif key == "required":
-                    merged["required"] = [*merged.get("required", []), *value]
-                else:
-                    merged.setdefault(key, value)
+            merged = self._merge(merged, part, f"{path}.allOf[{i}]")
+        return merged
+
+    def _merge(self, base: Mapping[str, Any], more: Mapping[str, Any], path: str) -> dict[str, Any]:
+        """Both schemas at once (as far as a grammar can): properties and required lists
+        joined; another keyword in both must agree, or the second is not enforced."""
+        merged = dict(base)
+        for key, value in more.items():
+            if key == "properties":
+                merged["properties"] = {**merged.get("properties", {}), **value}
+            elif key == "required":
+                merged["required"] = [*merged.get("required", []), *value]
+            elif key in merged and merged[key] != value and key not in _ANNOTATIONS:
+                self._ignore(path, key, why="given twice with different values is not merged")
+            else:
+                merged.setdefault(key, value)
         return merged
 
     def _target(self, ref: Any, path: str) -> Any:
@@ -407,11 +430,12 @@ class SchemaConverter:
             if key in schema:
                 self._ignore(path, key)
 
-    def _ignore(self, path: str, key: str) -> None:
+    def _ignore(self, path: str, key: str, *, why: str = "") -> None:
         if self.strict:
+            what = f"{key!r} {why}" if why else f"{key!r} is not supported"
             raise SchemaError(
-                f"{key!r} is not supported by chatfmt's constrained decoding; remove it or "
-                "send the schema without strict",
+                f"{what} by chatfmt's constrained decoding; remove it or send the schema "
+                "without strict",
                 path=path,
             )
         self.ignored.append((path, key))

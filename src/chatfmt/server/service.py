@@ -333,7 +333,20 @@ class ChatService:
             try:
                 return self.dialect.call_grammar(tools, required=forced, single=single)
             except SchemaError as exc:
-                raise ApiError(400, str(exc), param="tools", code="invalid_json_schema") from None
+                if strict:  # a promise the grammar cannot keep: refused, as OpenAI does
+                    names = [Tool(definition=d).name for d in req.tools or ()]
+                    failing = next((n for n in names if exc.subject == f"function {n!r}"), "")
+                    index = names.index(failing) if failing in names else 0
+                    raise ApiError(
+                        400,
+                        str(exc),
+                        param=f"tools[{index}].function.parameters",
+                        code="invalid_function_parameters",
+                    ) from None
+                # A schema the grammar cannot read (not strict): the call stays free, as it
+                # was before grammars; a forced call is then started in the prompt.
+                log.warning("tool calls are not constrained: %s", exc)
+                return None
         if strict:
             raise ApiError(
                 400,
