@@ -295,8 +295,14 @@ def main() -> None:
             "Tool-calling accuracy",
             "Default model (Qwen2.5-Coder-0.5B-Instruct Q4_K_M), greedy, 110 cases written for "
             "this benchmark: correct tool and arguments, or no call when none is needed "
-            "(`bench/bench_tool_calls.py` explains the scoring).\n\n" + body,
-            "python bench/bench_tool_calls.py",
+            "(`bench/bench_tool_calls.py` explains the scoring). Four requests at a time, so "
+            "batching makes a case or two differ between runs.\n\n" + body + "\n\n"
+            "`llama-server --jinja` (the model's own chat template, llama.cpp's Hermes-style "
+            "call handling) returns this model's calls as text: it writes them bare or in a "
+            '```` ```json ```` fence, not in `<tool_call>` tags, e.g. `content: "{\\"name\\": '
+            '\\"add\\", \\"arguments\\": {\\"a\\": 17, \\"b\\": 25}}"` with no `tool_calls`; '
+            "chatfmt's parser reads those forms, and its grammar constrains them.",
+            "bench/bench_tool_calls.py",
         )
 
 
