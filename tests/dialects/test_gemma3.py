@@ -148,10 +148,8 @@ def test_generated_conversations_match_the_template_and_llama_cpp(conv: Conversa
 def test_generated_ids_match_llama_cpp(conv: Conversation, tok: Any, llama_vocab: Any) -> None:
     gemma = get_dialect("gemma3")
     text = gemma.render_text(conv)
-    if (
-        any(c in text.replace("<bos>", "", 1) for c in ("<bos>", "<eos>"))
-        or text.count("<start_of_turn>") != sum(1 for m in conv.messages if m.role != "system") + 1
-    ):
+    contents = [m.content or "" for m in conv.messages]
+    if any(c in content for content in contents for c in (*gemma.controls, "<eos>")):
         return  # content spelling control tokens: they stay text here, not in a text round trip
     assert gemma.render(conv, tok).ids == llama_vocab.tokenize(
         text.encode(), add_bos=False, special=True

@@ -156,8 +156,11 @@ def test_grammars_constrain_the_reply(url: str) -> None:
             gen = await engine.generate(prompt(engine, question, tools=tools), free)
             turn = QWEN.parse(gen.token_ids, engine.tokenizer)
             assert gen.finish_reason == "stop" and not turn.warnings, gen.text
-            for call in turn.message.tool_calls or ():  # whatever it chose, a valid call
+            for call in turn.message.tool_calls or ():
+                # A call of `add` has its integers; another name is the model's own (the
+                # server returns undeclared calls as text).
                 args = call.arguments_dict()
-                assert call.name == "add" and all(type(args[k]) is int for k in "ab"), args
+                assert call.name != "add" or all(type(args[k]) is int for k in "ab"), args
+                assert not call.name.startswith("add") or call.name == "add", call.name
 
     run(url, body)

@@ -153,8 +153,11 @@ def test_small_qwen_models_bare_and_fenced_calls(judge: GrammarOracle) -> None:
     # A name the user did not declare stays possible (the server returns it as text, as
     # without a grammar: forcing declared names turned plain questions into calls), but a
     # declared name must come with its own arguments.
-    assert judge.accepts(g.gbnf, '{"name": "add_args", "arguments": {"x": [1]}}')
+    assert judge.accepts(g.gbnf, '{"name": "tell_joke", "arguments": {"x": [1]}}')
     assert judge.accepts(g.gbnf, '{"name": "get_weathe", "arguments": {}}')
+    # ...but one that begins with a declared name is that tool (the issue's `add_args`).
+    assert not judge.accepts(g.gbnf, '{"name": "get_weather_info", "arguments": {}}')
+    assert not judge.accepts(g.gbnf, '{"name": "get_time2", "arguments": {}}')
     assert not judge.accepts(g.gbnf, '{"name": "get_weather", "arguments": {}}')
     assert not judge.accepts(g.gbnf, '{"name": "get_weather", "arguments": {"city": 5}}')
     forced = get_dialect("qwen2.5").call_grammar(TOOLS, required=True)

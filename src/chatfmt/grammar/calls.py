@@ -120,24 +120,29 @@ class CallRules:
         return self.rules.add("call", " | ".join(alts))
 
     def _other_name(self) -> str:
-        """A JSON string that is none of the declared tool names (a trie of the names: at
-        each node, leaving the trie frees the rest of the string; a name may not end where
-        a declared one does)."""
-        names = [t.name for t in self.tools]
+        """A JSON string that is none of the declared tool names and does not begin with one
+        (a trie of the names). A name that begins with a declared one is taken to be that
+        tool: small models write ``add_args`` or ``get_weather_info`` for ``add`` and
+        ``get_weather``; an unrelated name (``tell_joke``) stays free."""
+        names = {t.name for t in self.tools}
         anything = self.rules.add("other-rest", f'{self._char()}* "\\""')
 
-        def node(prefix: str) -> str:
+        def node(prefix: str) -> str | None:
             nexts = sorted({n[len(prefix)] for n in names if n.startswith(prefix) and n != prefix})
-            alts = [f"{literal(c)} {node(prefix + c)}" for c in nexts]
-            # Any other character (or an escape) leaves every name behind.
-            other = "".join(_class_char(c) for c in nexts)
-            alts.append(f'[^"\\\\\\x00-\\x1F{other}] {anything}')
-            alts.append(f'"\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{{4}}) {anything}')
+            alts = [f"{literal(c)} {rule}" for c in nexts if (rule := node(prefix + c)) is not None]
             if prefix not in names:
+                # Any other character (or an escape) leaves every name behind, or it ends here.
+                other = "".join(_class_char(c) for c in nexts)
+                alts.append(f'[^"\\\\\\x00-\\x1F{other}] {anything}')
+                alts.append(f'"\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{{4}}) {anything}')
                 alts.append('"\\""')
+            if not alts:
+                return None
             return self.rules.add(f"other-{prefix or 'name'}", " | ".join(alts))
 
-        return f'"\\"" {node("")}'
+        root = node("")
+        assert root is not None  # the empty prefix is never a tool name
+        return f'"\\"" {root}'
 
     def _char(self) -> str:
         return SchemaConverter(self.rules).char_rule()
