@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import SchemaError
 from ..messages import Tool
-from .gbnf import WS_RULE, Grammar, Rules, Trigger, literal
+from .gbnf import Grammar, Rules, Trigger, literal
 from .schema import SchemaConverter, Syntax
 
 #: ECMAScript's syntax characters: escaped in patterns, nothing else (std::regex, which
@@ -55,7 +55,9 @@ class CallRules:
             raise ValueError("a call grammar needs at least one tool")
         self.tools = [Tool.of(t) for t in tools]
         self.rules = Rules()
-        self.ws = self.rules.shared("ws", WS_RULE)
+        #: For the shared rules (whitespace, strings, any object) outside any tool's schema.
+        self._plain = SchemaConverter(self.rules)
+        self.ws = self._plain.ws
 
     def _converter(self, tool: Tool, syntax: Syntax = "json") -> tuple[SchemaConverter, Any]:
         params = tool.function.get("parameters")
@@ -115,7 +117,7 @@ class CallRules:
             for t in self.tools
         ]
         if undeclared:
-            any_object = SchemaConverter(self.rules).value({"type": "object"}, "args")
+            any_object = self._plain.value(ANY_OBJECT, "args")
             alts.append(self.rules.add("call-other", obj(self._other_name(), any_object)))
         return self.rules.add("call", " | ".join(alts))
 
@@ -125,7 +127,7 @@ class CallRules:
         tool: small models write ``add_args`` or ``get_weather_info`` for ``add`` and
         ``get_weather``; an unrelated name (``tell_joke``) stays free."""
         names = {t.name for t in self.tools}
-        anything = self.rules.add("other-rest", f'{self._char()}* "\\""')
+        anything = self.rules.add("other-rest", f'{self._plain.char_rule()}* "\\""')
 
         def node(prefix: str) -> str | None:
             nexts = sorted({n[len(prefix)] for n in names if n.startswith(prefix) and n != prefix})
@@ -143,9 +145,6 @@ class CallRules:
         root = node("")
         assert root is not None  # the empty prefix is never a tool name
         return f'"\\"" {root}'
-
-    def _char(self) -> str:
-        return SchemaConverter(self.rules).char_rule()
 
     def many(self, item: str, *, single: bool, sep: str = "") -> str:
         """``item`` once (``single``) or one or more times, ``sep`` (and whitespace) between."""
@@ -172,8 +171,4 @@ class CallRules:
 
 def _class_char(c: str) -> str:
     """``c`` inside a GBNF character class (llama.cpp reads ``\\]``, ``\\\\``, ``\\x..``)."""
-    if c in "]\\^-[":
-        return f"\\x{ord(c):02X}"
-    if ord(c) < 0x20:
-        return f"\\x{ord(c):02X}"
-    return c
+    return f"\\x{ord(c):02X}" if c in "]\\^-[" or ord(c) < 0x20 else c

@@ -55,7 +55,6 @@ _FORMATS = {
 _MAX_INT_RANGE = 256
 #: The largest string length and item count a grammar spells out.
 _MAX_LENGTH, _MAX_ITEMS = 1000, 100
-_SCALARS = ("string", "number", "integer", "boolean", "null")
 
 
 class SchemaConverter:
