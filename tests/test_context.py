@@ -112,8 +112,9 @@ def test_truncate_tool_results_marks_cut(qwen) -> None:  # type: ignore[no-untyp
     assert conv.messages[2].content == cut
 
 
-def _turns(draw, n: int, calls: bool) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+def _turns(draw, n: int, calls: bool, reasoning: bool = False) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
     text = st.text(alphabet=st.characters(codec="utf-8"), max_size=30)
+    thought = st.none() | text if reasoning else st.none()
     out: list[dict[str, object]] = []
     for t in range(n):
         out.append({"role": "user", "content": draw(text)})
@@ -124,20 +125,25 @@ def _turns(draw, n: int, calls: bool) -> list[dict[str, object]]:  # type: ignor
                 {
                     "role": "assistant",
                     "content": draw(st.one_of(st.none(), text.filter(bool))),
+                    "reasoning_content": draw(thought),
                     "tool_calls": [
                         {"id": i, "function": {"name": "f", "arguments": '{"x": 1}'}} for i in ids
                     ],
                 }
             )
             out += [{"role": "tool", "tool_call_id": i, "content": draw(text)} for i in ids]
-        out.append({"role": "assistant", "content": draw(text)})
+        out.append({"role": "assistant", "content": draw(text), "reasoning_content": draw(thought)})
     return out
 
 
-@pytest.mark.parametrize("name", ["chatml", "qwen2.5", "chatglm3"])
+@pytest.mark.parametrize("name", ["chatml", "qwen2.5", "chatglm3", "harmony"])
 @given(data=st.data())
 def test_incremental_render_equals_full(name: str, small_glm, data) -> None:  # type: ignore[no-untyped-def]
-    tok = small_glm if name == "chatglm3" else chatfmt.load_tokenizer("qwen2.5")
+    """Also where reasoning in history makes harmony re-render earlier turns."""
+    tok = {"chatglm3": small_glm, "harmony": chatfmt.load_tokenizer("o200k_harmony")}.get(
+        name, chatfmt.load_tokenizer("qwen2.5")
+    )
+    thinks = name == "harmony"
     dialect = chatfmt.get_dialect(name)
     system = data.draw(st.booleans())
     tools = (
@@ -146,8 +152,8 @@ def test_incremental_render_equals_full(name: str, small_glm, data) -> None:  # 
         else None
     )
     head = [{"role": "system", "content": "be brief"}] if system else []
-    first = _turns(data.draw, data.draw(st.integers(1, 4)), calls=True)
-    more = _turns(data.draw, data.draw(st.integers(0, 2)), calls=True)
+    first = _turns(data.draw, data.draw(st.integers(1, 4)), calls=True, reasoning=thinks)
+    more = _turns(data.draw, data.draw(st.integers(0, 2)), calls=True, reasoning=thinks)
     msgs = chatfmt.from_openai(head + first)
     extra = chatfmt.from_openai(more)
     budget = Budget(dialect, tok)

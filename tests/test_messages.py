@@ -183,3 +183,14 @@ def test_a_call_name_that_is_not_unicode_is_text() -> None:
 
     out = '{"name": "f\\ud800", "arguments": {}}'
     assert get_dialect("qwen2.5").parse(out).content == out
+
+
+def test_reasoning_content_round_trips_through_openai_messages() -> None:
+    raw = {"role": "assistant", "content": "4", "reasoning_content": "2 + 2 is 4."}
+    (m,) = from_openai([raw])
+    assert m.reasoning == "2 + 2 is 4." and m.content == "4"
+    assert m.to_openai() == raw
+    (same,) = from_openai([{"role": "assistant", "content": "4", "reasoning": "2 + 2 is 4."}])
+    assert same == m
+    with pytest.raises(ValidationError, match="only assistant messages carry reasoning"):
+        from_openai([{"role": "user", "content": "hi", "reasoning_content": "x"}])

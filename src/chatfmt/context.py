@@ -83,7 +83,7 @@ class Budget:
     ) -> RenderedPrompt | None:
         """Render ``conv`` by re-rendering only the last turn of the previous conversation and
         what was appended; ``None`` when ``conv`` does not extend it."""
-        if self._last is None or not self.dialect.turns_render_independently:
+        if self._last is None or not self.dialect.renders_turns_independently(conv):
             return None
         old, old_strict, old_prompt = self._last
         msgs, old_msgs = conv.messages, old.messages

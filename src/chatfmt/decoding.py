@@ -295,7 +295,7 @@ class TurnDecoder:
             calls = tuple(c for c in m.tool_calls or () if c.id not in cut)
             if calls == tuple(m.tool_calls or ()):
                 messages.append(m)
-            elif calls or m.content:
+            elif calls or m.content or m.reasoning is not None:
                 messages.append(m.model_copy(update={"tool_calls": calls or None}))
         if not messages:
             messages = [Message(role="assistant", content=None)]

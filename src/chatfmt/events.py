@@ -1,7 +1,8 @@
 """Events a stream parser emits, and the result of parsing one assistant turn.
 
-Deltas are append-only: the concatenation of every :class:`TextDelta` is the final text, and of
-every :class:`ToolCallDelta` of one call its final ``arguments`` JSON.
+Deltas are append-only: the concatenation of every :class:`TextDelta` is the final text, of
+every :class:`ReasoningDelta` the final reasoning, and of every :class:`ToolCallDelta` of one
+call its final ``arguments`` JSON.
 """
 
 from __future__ import annotations
@@ -17,6 +18,14 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     """More visible assistant text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """More of the model's reasoning (gpt-oss's ``analysis`` channel): never part of the
+    visible text; OpenAI-compatible servers send it as ``reasoning_content``."""
 
     text: str
 
@@ -59,7 +68,9 @@ class Finish:
     reason: FinishReason
 
 
-Event = TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | SegmentEnd | Finish
+Event = (
+    TextDelta | ReasoningDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | SegmentEnd | Finish
+)
 
 
 def merge_deltas(events: list[Event]) -> list[Event]:
@@ -73,6 +84,8 @@ def merge_deltas(events: list[Event]) -> list[Event]:
         last = out[-1] if out else None
         if isinstance(e, TextDelta) and isinstance(last, TextDelta):
             out[-1] = TextDelta(last.text + e.text)
+        elif isinstance(e, ReasoningDelta) and isinstance(last, ReasoningDelta):
+            out[-1] = ReasoningDelta(last.text + e.text)
         elif (
             isinstance(e, ToolCallDelta)
             and isinstance(last, ToolCallDelta)
@@ -86,6 +99,7 @@ def merge_deltas(events: list[Event]) -> list[Event]:
 
 _EVENT_TYPES = {
     TextDelta: "text",
+    ReasoningDelta: "reasoning",
     ToolCallStart: "tool_call_start",
     ToolCallDelta: "tool_call_delta",
     ToolCallEnd: "tool_call_end",
@@ -120,14 +134,24 @@ class ParseResult:
         return "".join(texts) if texts else None
 
     @property
+    def reasoning(self) -> str | None:
+        texts = [m.reasoning for m in self.messages if m.reasoning is not None]
+        return "".join(texts) if texts else None
+
+    @property
     def tool_calls(self) -> list[ToolCall]:
         return [c for m in self.messages for c in (m.tool_calls or ())]
 
     @property
     def message(self) -> Message:
-        """The whole turn as one assistant message (content plus tool calls)."""
+        """The whole turn as one assistant message (content, reasoning and tool calls)."""
         calls = self.tool_calls
-        return Message(role="assistant", content=self.content, tool_calls=tuple(calls) or None)
+        return Message(
+            role="assistant",
+            content=self.content,
+            reasoning=self.reasoning,
+            tool_calls=tuple(calls) or None,
+        )
 
     def to_openai(self) -> dict[str, Any]:
         """The turn in OpenAI's assistant-message shape (plus ``finish_reason``)."""

@@ -152,11 +152,15 @@ class Message(_Model):
 
     ``content`` may be given as a string or a list of OpenAI text parts (joined into one
     string). ``metadata`` is written verbatim in the header line (ChatGLM3: a tool name or
-    ``interpreter``; ChatML: after the role, separated by a space).
+    ``interpreter``; ChatML: after the role, separated by a space). ``reasoning`` is an
+    assistant's chain of thought (OpenAI-compatible servers' ``reasoning_content``): dialects
+    with a reasoning channel (harmony) render it where the model's format keeps it, the others
+    leave it out, as their templates do.
     """
 
     role: Role
     content: str | None = None
+    reasoning: str | None = None
     metadata: str | None = None
     tool_calls: tuple[ToolCall, ...] | None = None
     tool_call_id: str | None = None
@@ -180,8 +184,13 @@ class Message(_Model):
             if "\n" in self.metadata or "\r" in self.metadata:
                 raise ValueError("metadata must be a single line (it is the header line of a turn)")
             _check_unicode(self.metadata, "metadata")
+        if self.reasoning is not None and self.role != "assistant":
+            raise ValueError(
+                f"only assistant messages carry reasoning; remove it from this {self.role} message"
+            )
         for what, text in (
             ("content", self.content),
+            ("reasoning", self.reasoning),
             ("tool_call_id", self.tool_call_id),
             ("name", self.name),
         ):
@@ -198,6 +207,8 @@ class Message(_Model):
         """This message as an OpenAI chat message dict (``observation`` becomes ``tool``)."""
         role = "tool" if self.role == "observation" else self.role
         out: dict[str, Any] = {"role": role, "content": self.content}
+        if self.reasoning is not None:
+            out["reasoning_content"] = self.reasoning
         if self.tool_calls:
             out["tool_calls"] = [
                 {
@@ -291,7 +302,9 @@ def from_openai(messages: Iterable[Mapping[str, Any]], *, first_index: int = 0) 
     """Convert OpenAI chat messages into :class:`Message` objects.
 
     ``function`` results (the legacy API) become ``tool`` messages; ``developer`` becomes
-    ``system``. Raises :class:`~chatfmt.errors.ValidationError` naming the bad message.
+    ``system``; an assistant's ``reasoning_content`` (or ``reasoning``, as some servers name it)
+    is its :attr:`Message.reasoning`. Raises :class:`~chatfmt.errors.ValidationError` naming
+    the bad message.
     """
     out: list[Message] = []
     for i, raw in enumerate(messages, start=first_index):
@@ -301,15 +314,17 @@ def from_openai(messages: Iterable[Mapping[str, Any]], *, first_index: int = 0) 
             )
         role = raw.get("role")
         data: Mapping[str, Any] = raw  # the common case is validated as it is, uncopied
-        if role not in ROLES or "refusal" in raw:
+        if role not in ROLES or "refusal" in raw or "reasoning_content" in raw:
             if role not in ROLES and role not in _ROLE_ALIASES:
                 raise ValidationError(
                     f"unknown role {role!r}; use one of {', '.join(ROLES)}",
                     index=i,
                     rule="role",
                 )
-            data = {k: v for k, v in raw.items() if k != "refusal"}
+            data = {k: v for k, v in raw.items() if k not in ("refusal", "reasoning_content")}
             data["role"] = _ROLE_ALIASES.get(role, role)
+            if raw.get("reasoning_content") is not None:
+                data["reasoning"] = raw["reasoning_content"]
         try:
             out.append(Message.model_validate(data))
         except ValueError as exc:

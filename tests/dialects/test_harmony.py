@@ -31,6 +31,7 @@ import openai_harmony as oh  # type: ignore[import-untyped,unused-ignore]
 from chatfmt.decoding import ControlSplitter, TurnDecoder
 from chatfmt.dialects.harmony import Harmony
 from chatfmt.errors import ValidationError
+from chatfmt.events import ReasoningDelta
 from chatfmt.messages import Conversation, load_conversation
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Piece, Tokenizer
@@ -69,8 +70,9 @@ def tok() -> Tokenizer:
 
 def reference_messages(conv: Conversation) -> list[Any]:
     """The conversation as gpt-oss's conventions map it: the system prompt as developer
-    instructions, answers on ``final``, a preamble on ``commentary``, calls to
-    ``functions.NAME`` with ``<|constrain|>json``, results from ``functions.NAME``."""
+    instructions, reasoning on ``analysis``, answers on ``final``, a preamble on
+    ``commentary``, calls to ``functions.NAME`` with ``<|constrain|>json``, results from
+    ``functions.NAME``. Which analysis stays in history is the reference's own choice."""
     system = oh.SystemContent.new().with_conversation_start_date(DATE)
     out = [oh.Message.from_role_and_content(oh.Role.SYSTEM, system)]
     msgs = list(conv.messages)
@@ -100,10 +102,19 @@ def reference_messages(conv: Conversation) -> list[Any]:
             author = oh.Author.new(oh.Role.TOOL, "functions." + names[m.tool_call_id or ""])
             msg = oh.Message.from_author_and_content(author, m.text)
             out.append(msg.with_channel("commentary").with_recipient("assistant"))
+        elif m.tool_calls is None and m.content is None and m.reasoning is not None:
+            msg = oh.Message.from_role_and_content(oh.Role.ASSISTANT, m.reasoning)
+            out.append(msg.with_channel("analysis"))  # a reply cut off while thinking
         elif not m.tool_calls:
+            if m.reasoning is not None:
+                msg = oh.Message.from_role_and_content(oh.Role.ASSISTANT, m.reasoning)
+                out.append(msg.with_channel("analysis"))
             msg = oh.Message.from_role_and_content(oh.Role.ASSISTANT, m.text)
             out.append(msg.with_channel("final"))
         else:
+            if m.reasoning is not None:
+                msg = oh.Message.from_role_and_content(oh.Role.ASSISTANT, m.reasoning)
+                out.append(msg.with_channel("analysis"))
             if m.content:
                 msg = oh.Message.from_role_and_content(oh.Role.ASSISTANT, m.content)
                 out.append(msg.with_channel("commentary"))
@@ -218,10 +229,17 @@ def conversations(draw: st.DrawFn) -> Conversation:
             drawn = draw(st.lists(st.tuples(name, arguments), min_size=1, max_size=3))
             calls = [{"id": f"c{next(counter)}", "name": n, "arguments": a} for n, a in drawn]
             content = draw(st.none() | any_text)
-            msgs.append({"role": "assistant", "content": content, "tool_calls": calls})
+            reasoning = draw(st.none() | any_text)
+            msgs.append(
+                {"role": "assistant", "content": content, "reasoning": reasoning,
+                 "tool_calls": calls}
+            )  # fmt: skip
             for c in calls:
                 role = draw(st.sampled_from(["tool", "observation"]))
                 msgs.append({"role": role, "tool_call_id": c["id"], "content": draw(any_text)})
+        elif kind == "assistant":
+            content, reasoning = draw(st.none() | any_text), draw(st.none() | any_text)
+            msgs.append({"role": kind, "content": content, "reasoning": reasoning})
         else:
             msgs.append({"role": kind, "content": draw(st.none() | any_text)})
     tools: list[dict[str, Any]] = draw(st.lists(tool, max_size=3, unique_by=repr))
@@ -295,7 +313,7 @@ def test_replies_parse_as_the_reference_parses_them(
     assert [("functions." + c.name, c.arguments_dict()) for c in result.tool_calls] == calls
     assert result.finish_reason == ("tool_calls" if calls else "stop") and not result.warnings
     analysis = [m.content[0].text for m in parsed if m.channel == "analysis"]
-    assert turn.parser.reasoning == ("\n\n".join(analysis) if analysis else None)  # type: ignore[attr-defined]
+    assert result.reasoning == ("\n\n".join(analysis) if analysis else None)
 
 
 # ==== Output: streamed, chunked and by id agree ====
@@ -343,6 +361,9 @@ def test_stream_equals_whole(pieces: list[Piece], cuts: list[int], tok: Tokenize
     whole = run(None, [text])
     assert run(None, chunks) == whole
     assert run(tok, tok.encode_pieces(pieces)) == whole
+    events, messages = whole[0], whole[1]
+    streamed = [e.text for e in events if isinstance(e, ReasoningDelta)]
+    assert "".join(streamed) == (messages[0].get("reasoning_content") or "")
 
 
 # ==== Behaviour ====

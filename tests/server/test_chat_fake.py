@@ -491,3 +491,58 @@ def test_response_format_on_an_engine_that_cannot_constrain(make_fake, qwen_dial
     assert chat(app, {"messages": USER_HI, "response_format": {"type": "text"}}).status_code == 200
     bad = chat(app, {"messages": USER_HI, "response_format": {"type": "json_schema"}})
     assert bad.status_code == 400 and "json_schema" in bad.json()["error"]["message"]
+
+
+# ==== Reasoning (gpt-oss's analysis channel) ====
+
+HARMONY_REPLY = (
+    "<|channel|>analysis<|message|>The user greets me.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>"
+)
+
+
+def test_reasoning_is_returned_apart_from_the_content_and_sent_back_in_history() -> None:
+    from chatfmt.dialects import get_dialect
+    from chatfmt.engines.fake import FakeEngine
+    from chatfmt.tokenizers import load_tokenizer
+
+    tok = load_tokenizer("o200k_harmony")
+    fake = FakeEngine(tok, [HARMONY_REPLY])
+    app = create_app(fake, get_dialect("harmony"), model_name="m")
+    body = {"messages": USER_HI}
+    message = chat(app, body).json()["choices"][0]["message"]
+    assert message["content"] == "Hello!"
+    assert message["reasoning_content"] == "The user greets me."
+
+    events = stream_events(app, body)
+    check_chunks(events)
+    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == "The user greets me."
+    assert content_of(events) == "Hello!"
+    assert all(not (d.get("content") and d.get("reasoning_content")) for d in deltas)
+
+    # A tool loop under way keeps the reasoning of its call in the prompt (as gpt-oss expects).
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = [
+        *USER_HI,
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "Call f.",
+            "tool_calls": [call],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert chat(app, {"messages": history, "tools": tools}).status_code == 200
+    assert "<|channel|>analysis<|message|>Call f.<|end|>" in tok.decode(fake.prompts[-1])
+
+
+def test_reasoning_on_a_user_message_is_refused_with_the_fix(
+    qwen_dialect: Any, make_fake: Any
+) -> None:
+    app = create_app(make_fake(), qwen_dialect, model_name="m")
+    bad = {"role": "user", "content": "hi", "reasoning_content": "x"}
+    r = chat(app, {"messages": [bad]})
+    assert r.status_code == 400
+    assert "only assistant messages carry reasoning" in r.json()["error"]["message"]

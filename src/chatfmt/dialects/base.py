@@ -110,6 +110,11 @@ class Dialect(ABC):
     #: between turns (such as a system prompt folded into the last user message).
     turns_render_independently: bool = False
 
+    def renders_turns_independently(self, conversation: Conversation) -> bool:
+        """Whether :attr:`turns_render_independently` holds for this conversation (a dialect
+        may lose the property for some histories)."""
+        return self.turns_render_independently
+
     # ==== Rendering ====
 
     @abstractmethod

@@ -144,13 +144,14 @@ class Harmony(Dialect):
             dev = _message((Text("developer"),), "\n\n".join(sections))
             blocks.append(Block(dev, tuple(range(start))))
         names = _result_names(msgs)
+        kept = _kept_reasoning(msgs)
         for i in range(start, len(msgs)):
-            blocks.append(Block(self._render(msgs[i], names[i]), (i,)))
+            blocks.append(Block(self._render(msgs[i], names[i], i >= kept), (i,)))
         if add_generation_prompt:
             blocks.append(Block((Control(START), Text("assistant"))))
         return blocks
 
-    def _render(self, m: Message, result_name: str | None) -> tuple[Segment, ...]:
+    def _render(self, m: Message, result_name: str | None, reasoning: bool) -> tuple[Segment, ...]:
         if m.role == "system":
             return _message((Text("developer"),), "# Instructions\n\n" + m.text)
         if m.role == "user":
@@ -158,12 +159,15 @@ class Harmony(Dialect):
         if result_name is not None:
             tool = (Text("functions." + result_name), Text(" to=assistant"), Control(CHANNEL))
             return _message((*tool, Text("commentary")), m.text)
-        if not m.tool_calls:
-            return _message((Text("assistant"), Control(CHANNEL), Text("final")), m.text)
         out: tuple[Segment, ...] = ()
+        if reasoning and m.reasoning is not None:
+            analysis = (Text("assistant"), Control(CHANNEL), Text("analysis"))
+            out = _message(analysis, m.reasoning)
+        if _is_final(m):
+            return (*out, *_message((Text("assistant"), Control(CHANNEL), Text("final")), m.text))
         if m.content:  # a preamble: text for the user, on the commentary channel
-            out = _message((Text("assistant"), Control(CHANNEL), Text("commentary")), m.content)
-        for call in m.tool_calls:
+            out += _message((Text("assistant"), Control(CHANNEL), Text("commentary")), m.content)
+        for call in m.tool_calls or ():
             head: tuple[Segment, ...] = (Text("assistant"), Text(" to=functions." + call.name))
             head += (Control(CHANNEL), Text("commentary"), Text(" "), Control(CONSTRAIN))
             out += _message((*head, Text("json")), call.arguments, CALL)
@@ -191,6 +195,11 @@ class Harmony(Dialect):
             return c.grammar(f'{literal(CHANNEL)} "commentary " {call}', preserved=preserved)
         return c.grammar(call, triggers=(Trigger("word", _RECIPIENT),), preserved=preserved)
 
+    def renders_turns_independently(self, conversation: Conversation) -> bool:
+        """Not with reasoning in the history: a final answer appended later drops the analysis
+        of earlier turns (see :func:`_kept_reasoning`)."""
+        return all(m.reasoning is None for m in conversation.messages)
+
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """A commentary message to ``functions.{name}`` up to its JSON (up to the name if
         ``None``), as gpt-oss writes a call."""
@@ -202,6 +211,23 @@ class Harmony(Dialect):
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> HarmonyParser:
         """A fresh parser; ``id_factory`` makes tool call ids (deterministic ones in tests)."""
         return HarmonyParser(id_factory=id_factory, stop_controls=self.stop_controls)
+
+
+def _is_final(m: Message) -> bool:
+    """Whether an assistant message ends in a ``final`` channel message (a reply without calls;
+    reasoning alone, from a reply cut off while thinking, renders as only the analysis)."""
+    return not m.tool_calls and not (m.content is None and m.reasoning is not None)
+
+
+def _kept_reasoning(msgs: Sequence[Message]) -> int:
+    """The index of the first message whose reasoning is rendered. As the reference does: when
+    the last assistant message is a final answer, the analysis up to the conversation's first
+    final answer is dropped; otherwise (a tool loop under way, or no answer yet) all of it is
+    kept. A message's reasoning precedes its own answer, so the first answer's goes too."""
+    last = next((m for m in reversed(msgs) if m.role == "assistant"), None)
+    if last is None or not _is_final(last):
+        return 0
+    return 1 + next(i for i, m in enumerate(msgs) if m.role == "assistant" and _is_final(m))
 
 
 def _result_names(msgs: Sequence[Message]) -> list[str | None]:

@@ -6,7 +6,9 @@ by a stop, ``<|return|>`` after the answer or ``<|call|>`` after a call. The hea
 ``<|channel|>{channel}`` and, for a call, ``to={recipient}`` (before or after the channel) and
 ``<|constrain|>json``. Only the ``final`` channel is content; a message to ``functions.NAME``
 is a call whose body, a JSON object, is checked by :class:`~chatfmt.jsonscan.CallScanner` as
-it streams; other channels (``analysis``, preambles on ``commentary``) are kept apart in
+it streams; the ``analysis`` channel is the reasoning, streamed as
+:class:`~chatfmt.events.ReasoningDelta` (several analysis messages joined by a blank line);
+every channel other than ``final`` (``analysis``, preambles on ``commentary``) is also kept in
 :attr:`HarmonyParser.channels`, never in the content.
 
 Also here: :func:`tools_section`, the developer message's tool listing, with each tool's JSON
@@ -23,6 +25,7 @@ from ..events import (
     Event,
     Finish,
     ParseResult,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     ToolCallEnd,
@@ -41,6 +44,8 @@ RETURN = "<|return|>"
 CALL = "<|call|>"
 _CHANNEL_NAME = re.compile(r"[^\s<]*")
 _HEADER, _BODY, _BETWEEN = range(3)
+#: Joins the text of several analysis messages into one reasoning.
+_REASONING_SEP = "\n\n"
 
 
 def _closed(scan: CallScanner) -> bool:
@@ -66,6 +71,7 @@ class HarmonyParser(StreamParser):
         self._first = ""  # the first non-whitespace character of a call's body
         self._tail = False  # non-whitespace after a call's JSON
         self._content: list[str] = []
+        self._reasoning: list[str] | None = None  # None: no analysis message yet
         self._calls: list[ToolCall] = []
         self._noted_stray = False
         #: ``(channel, text)`` of each message that is neither the answer nor a call: the
@@ -75,8 +81,7 @@ class HarmonyParser(StreamParser):
     @property
     def reasoning(self) -> str | None:
         """The ``analysis`` messages' text (never part of the content)."""
-        texts = [t for c, t in self.channels if c == "analysis"]
-        return "\n\n".join(texts) if texts else None
+        return None if self._reasoning is None else "".join(self._reasoning)
 
     # ==== Input ====
 
@@ -88,6 +93,10 @@ class HarmonyParser(StreamParser):
                 self._content.append(text)
                 return [TextDelta(text)]
             self._body.append(text)
+            if self._recipient is None and self._channel == "analysis" and text:
+                assert self._reasoning is not None
+                self._reasoning.append(text)
+                return [ReasoningDelta(text)]
             self._scan_call(text)
         elif text.strip(WS) and not self._noted_stray:
             self._noted_stray = True
@@ -109,7 +118,7 @@ class HarmonyParser(StreamParser):
         elif state != _HEADER:
             pass
         elif token == MESSAGE:
-            self._open_message()
+            events += self._open_message()
         elif token == END:
             self._warnings.append(f"a message header ended without {MESSAGE}; dropped")
             self._state = _BETWEEN
@@ -135,13 +144,16 @@ class HarmonyParser(StreamParser):
 
     def result(self) -> ParseResult:
         content = "".join(self._content) or None
-        message = Message(role="assistant", content=content, tool_calls=tuple(self._calls) or None)
+        calls = tuple(self._calls) or None
+        message = Message(
+            role="assistant", content=content, reasoning=self.reasoning, tool_calls=calls
+        )
         reason = finish_reason_for(bool(self._calls), self._finish or "stop")
         return ParseResult([message], reason, list(self._warnings))
 
     # ==== Messages ====
 
-    def _open_message(self) -> None:
+    def _open_message(self) -> list[Event]:
         """Read the header (as the reference reads it: the channel wherever it is, then
         whitespace-separated parts, ``to=`` marking the recipient)."""
         header = "".join(self._header)
@@ -163,6 +175,13 @@ class HarmonyParser(StreamParser):
             self._scan.feed('{"arguments": ')
         self._state = _BODY
         self._opened = True
+        if recipient is not None or channel != "analysis":
+            return []
+        if self._reasoning is None:
+            self._reasoning = []
+            return []
+        self._reasoning.append(_REASONING_SEP)
+        return [ReasoningDelta(_REASONING_SEP)]
 
     def _scan_call(self, text: str) -> None:
         scan = self._scan

@@ -222,6 +222,8 @@ class ToolCallOut(_Wire):
 class AssistantMessage(_Wire):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    #: The model's reasoning (gpt-oss's analysis), named as vLLM, llama.cpp and DeepSeek do.
+    reasoning_content: str | None = _omitted()
     tool_calls: list[ToolCallOut] | None = _omitted()
 
 
@@ -272,6 +274,7 @@ class ToolCallDelta(_Wire):
 class Delta(_Wire):
     role: Literal["assistant"] | None = _omitted()
     content: str | None = _omitted()
+    reasoning_content: str | None = _omitted()
     tool_calls: list[ToolCallDelta] | None = _omitted()
 
 

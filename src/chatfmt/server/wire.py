@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from ..events import Event, Finish, ParseResult, TextDelta, ToolCallDelta, ToolCallStart
+from ..events import (
+    Event,
+    Finish,
+    ParseResult,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    merge_deltas,
+)
 from .policy import CallPolicy
 from .schemas import (
     AssistantMessage,
@@ -19,23 +28,18 @@ ROLE_CHOICE = ChunkChoice(delta=Delta(role="assistant", content=""))
 
 
 def chunk_choices(events: list[Event]) -> list[ChunkChoice]:
-    """One streamed choice per event that changes the reply; adjacent text is merged."""
+    """One streamed choice per event that changes the reply; adjacent text (and adjacent
+    reasoning) is merged."""
     out: list[ChunkChoice] = []
-    text: list[str] = []
-
-    def flush_text() -> None:
-        if text:
-            joined = "".join(text)
-            text.clear()
-            if joined:
-                out.append(ChunkChoice(delta=Delta(content=joined)))
-
-    for ev in events:
+    merged = merge_deltas(events)
+    for ev in merged:
         if isinstance(ev, TextDelta):
-            text.append(ev.text)
-            continue
-        flush_text()
-        if isinstance(ev, ToolCallStart):
+            if ev.text:
+                out.append(ChunkChoice(delta=Delta(content=ev.text)))
+        elif isinstance(ev, ReasoningDelta):
+            if ev.text:
+                out.append(ChunkChoice(delta=Delta(reasoning_content=ev.text)))
+        elif isinstance(ev, ToolCallStart):
             call = WireToolCallDelta(
                 index=ev.index,
                 id=ev.id,
@@ -51,7 +55,6 @@ def chunk_choices(events: list[Event]) -> list[ChunkChoice]:
                 out.append(ChunkChoice(delta=Delta(tool_calls=[part])))
         elif isinstance(ev, Finish):
             out.append(ChunkChoice(delta=Delta(), finish_reason=ev.reason))
-    flush_text()
     return out
 
 
@@ -66,6 +69,7 @@ def assistant_message(result: ParseResult, policy: CallPolicy) -> AssistantMessa
         for c in result.tool_calls
         if c.id in policy.kept_ids
     ]
+    reasoning = result.reasoning  # left out of the JSON while None
     if not calls:
-        return AssistantMessage(content=content or "")
-    return AssistantMessage(content=content, tool_calls=calls)
+        return AssistantMessage(content=content or "", reasoning_content=reasoning)
+    return AssistantMessage(content=content, reasoning_content=reasoning, tool_calls=calls)
