@@ -165,6 +165,35 @@ def mistral_v3_tok():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def mistral_v11_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Tekken v11 file: the reference package's Tekken vocabulary with v11's special-token
+    list ([ARGS] and [CALL_ID] at ids 32 and 33, after v7's tokens and fillers) and version.
+    No v11 file ships with the reference package; its encoder reads this one as such."""
+    import json
+
+    mc = pytest.importorskip("mistral_common", reason="mistral-common (the reference) is missing")
+    from chatfmt.tokenizers.tekken import DEFAULT_SPECIALS
+
+    data = json.loads((Path(mc.__file__).parent / "data" / "tekken_240911.json").read_bytes())
+    names = [*DEFAULT_SPECIALS, *(f"<SPECIAL_{i}>" for i in range(20, 32)), "[ARGS]", "[CALL_ID]"]
+    data["special_tokens"] = [
+        {"rank": i, "token_str": name, "is_control": True} for i, name in enumerate(names)
+    ]
+    data["config"]["version"] = "v11"
+    path = tmp_path_factory.mktemp("tekken") / "tekken_v11.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def mistral_v11_tok(mistral_v11_file: Path):  # type: ignore[no-untyped-def]
+    """Our tokenizer of :func:`mistral_v11_file`."""
+    from chatfmt.tokenizers import load_tokenizer
+
+    return load_tokenizer(str(mistral_v11_file))
+
+
+@pytest.fixture(scope="session")
 def harmony_tok():  # type: ignore[no-untyped-def]
     """gpt-oss's o200k_harmony vocabulary (o200k_base's ranks, harmony's control tokens)."""
     from chatfmt.tokenizers.tiktoken import o200k_harmony

@@ -167,6 +167,13 @@ MISTRAL_PARTS = [
     '[TOOL_CALLS][{"name": "h", "arguments": {"cut": "x',
     "[TOOL_CALLS]not json", "</s>",
 ]  # fmt: skip
+MISTRAL11_CONTROLS = ["[TOOL_CALLS]", "[CALL_ID]", "[ARGS]", "</s>", "[INST]"]
+MISTRAL11_PARTS = [
+    '[TOOL_CALLS]get_weather[ARGS]{"city": "isopropyl [INST"}',
+    '[TOOL_CALLS]a[CALL_ID]abcdefghi[ARGS]{}[TOOL_CALLS]b[ARGS]{"x": [1]}',
+    '[TOOL_CALLS]h[ARGS]{"cut": "x', "[TOOL_CALLS]bad name[ARGS]{}", "[TOOL_CALLS]f[ARGS]not json",
+    "</s>",
+]  # fmt: skip
 HARMONY_CONTROLS = [
     "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>",
 ]  # fmt: skip
@@ -191,6 +198,7 @@ CASES = [
     ("gemma3", "gemma", (GEMMA_CONTROLS, GEMMA_PARTS)),
     ("llama3", "llama3_tok", (LLAMA3_CONTROLS, LLAMA3_PARTS)),
     ("mistral-v3", "mistral_v3_tok", (MISTRAL_CONTROLS, MISTRAL_PARTS)),
+    ("mistral-v11", "mistral_v11_tok", (MISTRAL11_CONTROLS, MISTRAL11_PARTS)),
     ("harmony", "harmony_tok", (HARMONY_CONTROLS, HARMONY_PARTS)),
 ]
 

@@ -39,7 +39,10 @@ CLOCK = {
 }
 TOOLS = [Tool(definition=WEATHER), Tool(definition=CLOCK)]
 ARGS = {"city": 'Paris, Île-de-France "FR"', "unit": "celsius", "days": 3}
-CALLING = ["qwen2.5", "chatml", "llama3", "mistral-v3", "mistral-v7", "chatglm3", "glm4", "harmony"]
+CALLING = [
+    "qwen2.5", "chatml", "llama3", "mistral-v3", "mistral-v7", "mistral-v11", "chatglm3", "glm4",
+    "harmony",
+]  # fmt: skip
 
 
 def output_of(dialect: Any, calls: list[tuple[str, dict[str, Any]]]) -> str:
@@ -122,7 +125,7 @@ def test_required_calls(judge: GrammarOracle, name: str) -> None:
     assert out_of_range != out and not judge.accepts(g.gbnf, out_of_range)
 
 
-@pytest.mark.parametrize("name", ["qwen2.5", "mistral-v3", "chatglm3", "glm4"])
+@pytest.mark.parametrize("name", ["qwen2.5", "mistral-v3", "mistral-v11", "chatglm3", "glm4"])
 def test_one_call_or_several(judge: GrammarOracle, name: str) -> None:
     dialect = get_dialect(name)
     two = output_of(dialect, [("get_weather", ARGS), ("get_time", {})])

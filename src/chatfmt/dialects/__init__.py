@@ -51,6 +51,12 @@ def _mistral_v7() -> Dialect:
     return MistralV7()
 
 
+def _mistral_v11() -> Dialect:
+    from .mistral_v11 import MistralV11
+
+    return MistralV11()
+
+
 def _gemma3() -> Dialect:
     from .gemma3 import Gemma3
 
@@ -69,6 +75,7 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "chatglm3": _chatglm3,
     "mistral-v3": _mistral_v3,
     "mistral-v7": _mistral_v7,
+    "mistral-v11": _mistral_v11,
     "llama3": _llama3,
     "gemma3": _gemma3,
     "glm4": _glm4,

@@ -20,10 +20,10 @@ from typing import Any, NoReturn
 from ..errors import ValidationError
 from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
-from ..messages import Conversation, Message, Tool
+from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
-from .base import Dialect
+from .base import Dialect, StreamParser
 from .mistral_parser import ToolCallsParser
 
 BOS, EOS, INST, INST_END = "<s>", "</s>", "[INST]", "[/INST]"
@@ -181,8 +181,7 @@ class MistralV3(Dialect):
                 b.text(text.rstrip(" "))
                 calls = [c for i in idx for c in msgs[i].tool_calls or ()]
                 if calls:
-                    b.control(CALLS)
-                    b.text(_dumps([self._call(c.name, c.arguments, c.id) for c in calls]))
+                    self._render_calls(b, calls)
                 b.control(EOS)
             elif role == "tool":
                 self._render_result(b, msgs[idx[0]])
@@ -208,6 +207,10 @@ class MistralV3(Dialect):
             call["id"] = call_id
         return call
 
+    def _render_calls(self, b: BlockBuilder, calls: Sequence[ToolCall]) -> None:
+        b.control(CALLS)
+        b.text(_dumps([self._call(c.name, c.arguments, c.id) for c in calls]))
+
     def _render_result(self, b: BlockBuilder, m: Message) -> None:
         # The result is JSON when it parses as JSON, else a string; empty means {}.
         content = _loads_or_text(m.content) if m.content else {}
@@ -221,7 +224,7 @@ class MistralV3(Dialect):
 
     # ==== Parsing ====
 
-    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> ToolCallsParser:
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """A fresh parser; calls get 9-character ids unless ``id_factory`` says otherwise."""
         return ToolCallsParser(
             id_factory=id_factory or new_mistral_call_id,

@@ -188,3 +188,167 @@ class ToolCallsParser(StreamParser):
 
     def result(self) -> ParseResult:
         return single_message_result(self._content, self._calls, self._finish, self._warnings)
+
+
+# Modes of a named call: its name; its id (after ``[CALL_ID]``); its arguments (after
+# ``[ARGS]``); after them (whitespace only until the next call).
+_NAME_MODE, _ID_MODE, _ARGS_MODE, _DONE_MODE = range(10, 14)
+
+
+class NamedCallsParser(StreamParser):
+    """Mistral v11's calls, one control-delimited call after another:
+    ``text [TOOL_CALLS]name[CALL_ID]id[ARGS]{…}`` (``[CALL_ID]`` and the id optional, as models
+    write calls without them). Text streams as it comes; a call starts when its name is whole
+    and its arguments begin as an object, and its arguments stream. Output that does not parse
+    degrades to text with a warning; never raises on model output."""
+
+    def __init__(
+        self,
+        *,
+        id_factory: Callable[[], str] | None = None,
+        stop_controls: Sequence[str] = (),
+        controls: tuple[str, str, str] = ("[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"),
+        valid_name: Callable[[str], bool] = bool,
+        valid_id: Callable[[str], bool] = bool,
+    ) -> None:
+        super().__init__(id_factory=id_factory, stop_controls=stop_controls)
+        self._calls_control, self._id_control, self._args_control = controls
+        self._valid_name, self._valid_id = valid_name, valid_id
+        self._mode = _TEXT
+        self._raw: list[str] = []  # the call's text so far, kept for degrading
+        self._name: list[str] = []
+        self._id: list[str] = []
+        self._scan: CallScanner | None = None
+        self._call: tuple[int, str, str] | None = None  # index, id, name of the open call
+        self._args: list[str] = []
+        self._fed = 0  # characters of the arguments fed to the scanner
+        self._noted_tail = False
+        self._events: list[Event] = []
+        self._content: list[str] = []
+        self._calls: list[ToolCall] = []
+
+    # ==== Input ====
+
+    def on_control(self, token: str) -> list[Event]:
+        mode = self._mode
+        if token == self._calls_control and mode in (_TEXT, _DONE_MODE, _SKIP):
+            self._mode, self._raw, self._name, self._id = _NAME_MODE, [token], [], []
+        elif token == self._id_control and mode == _NAME_MODE:
+            self._mode = _ID_MODE
+            self._raw.append(token)
+        elif token == self._args_control and mode in (_NAME_MODE, _ID_MODE):
+            self._raw.append(token)
+            name = "".join(self._name).strip(WS)
+            if self._valid_name(name):
+                self._mode, self._scan, self._fed = _ARGS_MODE, None, 0
+            else:
+                self._degrade(f"tool call name {name!r} is not a function name")
+        else:
+            return self.on_text(token)
+        out, self._events = self._events, []
+        return out
+
+    def on_text(self, text: str) -> list[Event]:
+        mode = self._mode
+        if mode == _TEXT:
+            self._out(text)
+        elif mode in (_NAME_MODE, _ID_MODE):
+            self._raw.append(text)
+            (self._name if mode == _NAME_MODE else self._id).append(text)
+        elif mode == _ARGS_MODE:
+            self._on_args(text)
+        elif mode == _DONE_MODE:
+            self._tail(text)
+        out, self._events = self._events, []
+        return out
+
+    def _tail(self, text: str) -> None:
+        if text.strip(WS) and not self._noted_tail:
+            self._noted_tail = True
+            self._warnings.append("text after a tool call's arguments was ignored")
+
+    def _on_args(self, text: str) -> None:
+        if self._scan is None:
+            self._raw.append(text)
+            stripped = text.lstrip(WS)
+            if not stripped:
+                return
+            if stripped[0] != "{":
+                self._degrade("a tool call's arguments are not a JSON object")
+                return
+            text = stripped
+            self._scan = CallScanner()
+            self._scan.feed('{"arguments": ')
+            name = "".join(self._name).strip(WS)
+            given = "".join(self._id).strip(WS)
+            call_id = given if self._valid_id(given) else self._new_id()
+            self._call = (len(self._calls), call_id, name)
+            self._events.append(ToolCallStart(*self._call))
+        scan = self._scan
+        scan.feed(text)
+        fed, self._fed = self._fed, self._fed + len(text)
+        self._flush_args()
+        if scan.args_state == "done":
+            # The scanner read on past the object; what it read there is after the call.
+            used = sum(map(len, self._args)) - fed
+            self._end_call()
+            self._mode = _DONE_MODE
+            self._tail(text[used:])
+        elif scan.error is not None:
+            assert self._call is not None
+            self._break(f"tool call {self._call[0]} has malformed JSON ({scan.error})")
+            self._mode = _SKIP
+
+    # ==== Output ====
+
+    def _out(self, text: str) -> None:
+        if text:
+            self._content.append(text)
+            self._events.append(TextDelta(text))
+
+    def _flush_args(self) -> None:
+        if self._call is not None and self._scan is not None:
+            text = self._scan.take_safe()
+            if text:
+                self._args.append(text)
+                self._events.append(ToolCallDelta(self._call[0], text))
+
+    def _end_call(self) -> None:
+        assert self._call is not None
+        index, call_id, name = self._call
+        self._events.append(ToolCallEnd(index))
+        self._calls.append(ToolCall(id=call_id, name=name, arguments="".join(self._args)))
+        self._call, self._scan, self._args, self._raw = None, None, [], []
+
+    def _break(self, reason: str) -> None:
+        """The open call cannot be completed: close its arguments validly and say so."""
+        scan = self._scan
+        assert scan is not None and self._call is not None
+        self._flush_args()
+        fix = scan.completion()
+        self._args.append(fix)
+        self._events.append(ToolCallDelta(self._call[0], fix))
+        self._warnings.append(f"{reason}; its arguments were closed with {fix[:16]!r}")
+        self._end_call()
+
+    def _degrade(self, reason: str) -> None:
+        """What followed the control is not a call: it is text."""
+        self._warnings.append(f"{reason}; kept as text")
+        text = "".join(self._raw)
+        self._raw, self._mode = [], _TEXT
+        self._out(text)
+
+    # ==== End ====
+
+    def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
+        cut = "was cut off" if reason == "length" else "is unterminated"
+        if self._mode == _ARGS_MODE and self._call is not None:
+            self._break(f"tool call {self._call[0]} {cut}")
+        elif self._mode in (_NAME_MODE, _ID_MODE, _ARGS_MODE):
+            self._degrade(f"the tool call {cut}")
+        self._events.append(Finish(finish_reason_for(bool(self._calls), reason)))
+        out, self._events = self._events, []
+        return out
+
+    def result(self) -> ParseResult:
+        return single_message_result(self._content, self._calls, self._finish, self._warnings)
