@@ -5,26 +5,28 @@ Model-written code runs only inside the kernel process, never in this one. Each 
 * runs ``python -m ipykernel_launcher`` (the Python of this process unless ``python=`` says
   otherwise) over IPC sockets in a private temporary directory, so no TCP port is opened;
 * has its working directory set to ``work_dir`` (the role of ChatGLM3's ``/mnt/data``);
+* runs in a :class:`~.sandbox.Sandbox` (by default the best this host offers, see
+  :func:`~.sandbox.detect`): bubblewrap namespaces (no network, no host files but its own
+  directories, its own PID namespace) and limits on memory (a cgroup: real usage, where the
+  host allows one; else the address space), CPU time, tasks, file size and open files;
 * uses matplotlib's inline backend (``MPLBACKEND``), so a figure becomes ``image/png`` output;
-* with ``memory_limit_mb``, runs under ``resource.setrlimit(RLIMIT_AS, ...)``, set (soft and
-  hard, so code cannot raise it) by a silent start-up cell. RLIMIT_AS caps *virtual* memory,
-  which is well above resident memory: an idle kernel maps about 750 MB and about 1 GB once
-  numpy and matplotlib are imported, so limits under ~1500 MB break ordinary work. A large
-  allocation then fails with ``MemoryError`` inside the kernel; should the kernel die instead,
-  it is restarted and the result says so;
-* is killed with its whole process group on :meth:`JupyterInterpreter.close`, on exit of the
-  ``with`` block, when a forgotten interpreter is garbage collected, and at interpreter exit
-  (``weakref.finalize``, which runs at exit like ``atexit``); ipykernel also exits by itself
-  when this process dies, as ``jupyter_client`` tells it its parent's pid.
+* is killed on :meth:`JupyterInterpreter.close`, on exit of the ``with`` block, when a forgotten
+  interpreter is garbage collected, and at interpreter exit (``weakref.finalize``, which runs at
+  exit like ``atexit``): its whole process group, and in the sandbox its whole PID namespace,
+  so processes the code started with ``setsid`` or a double fork go too. ipykernel also exits
+  by itself when this process dies, as does the sandbox (``--die-with-parent``).
 
-A run that exceeds its timeout is interrupted (SIGINT); if the kernel is not idle again within
+A run that exceeds its timeout is interrupted (an ``interrupt_request`` on the control
+channel, which ipykernel turns into SIGINT for itself); if the kernel is not idle again within
 ``interrupt_grace`` seconds it is restarted. A kernel that dies is restarted. Either way the
-:class:`ExecutionResult` says so (``timed_out``, ``restarted``) and the model is told.
+:class:`ExecutionResult` says so (``timed_out``, ``restarted``, and a ``note`` naming a limit
+that was met) and the model is told.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import os
@@ -43,10 +45,19 @@ from typing import Any, ClassVar
 
 from .._imports import require
 from ..errors import InterpreterError
+from .cgroup import MemoryCgroup
 from .lifetime import Resource
 from .results import ExecutionResult, _Collector
+from .sandbox import Sandbox, detect, with_limits
 
 _MPL_INLINE = "module://matplotlib_inline.backend_inline"
+# What an error says when the sandbox has no network: unreachable hosts, refused connections
+# (localhost is the sandbox's own), names that do not resolve.
+_NETWORK_SIGNS = (
+    "Network is unreachable", "Connection refused", "Name or service not known",
+    "Temporary failure in name resolution", "No address associated with hostname",
+    "ConnectionRefusedError", "gaierror",
+)  # fmt: skip
 # Environment variables a kernel gets without inherit_env (plus LC_*).
 _ENV_KEEP = frozenset(
     {
@@ -78,10 +89,20 @@ def _manager_class() -> Any:
                 argv=list(self.chatfmt_argv),
                 display_name="chatfmt",
                 language="python",
-                interrupt_mode="signal",
+                # Through the control channel: a signal to the sandbox's process group would
+                # reach bubblewrap, not the kernel inside its PID namespace.
+                interrupt_mode="message",
             )
 
     return _Manager
+
+
+@functools.cache
+def _launcher() -> concurrent.futures.ThreadPoolExecutor:
+    """The one long-lived thread that starts every kernel. The sandbox ends with the thread
+    that started it (Linux's parent-death signal follows the thread, not the process), so
+    kernels started from short-lived threads (the pool's) would die with those."""
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chatfmt-kernel-start")
 
 
 def _kill(pid: int, pgid: int | None, process: Any) -> None:
@@ -101,7 +122,7 @@ def _kill(pid: int, pgid: int | None, process: Any) -> None:
             process.wait(timeout=5)
 
 
-def _reap(pid: int, pgid: int | None, process: Any, runtime: Path, client: Any) -> None:
+def _reap(pid: int, pgid: int | None, process: Any, runtime: Path, client: Any, group: Any) -> None:
     """The last resort for a forgotten interpreter: kill its kernel and remove its files.
 
     Run by ``weakref.finalize`` when an interpreter that was not closed is garbage collected
@@ -111,14 +132,27 @@ def _reap(pid: int, pgid: int | None, process: Any, runtime: Path, client: Any) 
         client.stop_channels()
     _kill(pid, pgid, process)
     shutil.rmtree(runtime, ignore_errors=True)
+    _remove_group(group)
+
+
+def _remove_group(group: MemoryCgroup | None) -> None:
+    """Delete a kernel's cgroup; its processes may take a moment to be gone after the kill."""
+    if group is None:
+        return
+    for _ in range(50):
+        group.remove()
+        if not group.path.exists():
+            return
+        time.sleep(0.02)
 
 
 class JupyterInterpreter(Resource):
     """One IPython kernel that runs model-written code; use it as a context manager.
 
     ``timeout`` (seconds) is the default per run; ``max_output_chars`` bounds
-    :meth:`ExecutionResult.observation`; ``memory_limit_mb`` caps the kernel's address space
-    (see the module docstring). ``work_dir`` is created if missing; without it a temporary
+    :meth:`ExecutionResult.observation`; ``sandbox`` confines the kernel (default:
+    ``detect("auto")``, the best this host offers); ``memory_limit_mb``, when given, replaces
+    the sandbox's memory limit. ``work_dir`` is created if missing; without it a temporary
     directory is used and removed on close. The kernel sees only neutral environment variables
     (``PATH``, ``HOME``, locale, ...) plus ``env``, unless ``inherit_env=True``.
     """
@@ -135,11 +169,16 @@ class JupyterInterpreter(Resource):
         python: str | None = None,
         env: Mapping[str, str] | None = None,
         inherit_env: bool = False,
+        sandbox: Sandbox | None = None,
     ) -> None:
         if memory_limit_mb is not None and memory_limit_mb <= 0:
             raise InterpreterError("memory_limit_mb must be positive")
+        box = sandbox if sandbox is not None else detect("auto")
+        if memory_limit_mb is not None:
+            box = with_limits(box, memory_mb=memory_limit_mb)
+        self.sandbox = box
         self.timeout = timeout
-        self.memory_limit_mb = memory_limit_mb
+        self.memory_limit_mb = box.limits.memory_mb
         self.max_output_chars = max_output_chars
         self.startup_timeout = startup_timeout
         self.interrupt_grace = interrupt_grace
@@ -163,6 +202,9 @@ class JupyterInterpreter(Resource):
         self._pid: int | None = None
         self._pgid: int | None = None
         self._process: Any = None  # the kernel's Popen
+        self._group: MemoryCgroup | None = None  # its memory cgroup, where the host allows one
+        self._oom_seen = 0
+        self._control_lock = threading.Lock()  # interrupts may come from any thread
         self._closed = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self.restarts = 0
@@ -178,6 +220,11 @@ class JupyterInterpreter(Resource):
     def pid(self) -> int | None:
         """The kernel's process id (``None`` before start and after close)."""
         return self._pid
+
+    def describe(self) -> str:
+        """One line: what protection this interpreter's kernel runs under."""
+        cgroup = None if self._km is None else self._group is not None
+        return self.sandbox.describe(cgroup=cgroup)
 
     @property
     def started(self) -> bool:
@@ -238,7 +285,7 @@ class JupyterInterpreter(Resource):
             ip=str(runtime / "ipc"),
             connection_file=str(runtime / "kernel.json"),
         )
-        km.chatfmt_argv = [
+        kernel = [
             self.python,
             "-m",
             "ipykernel_launcher",
@@ -246,16 +293,29 @@ class JupyterInterpreter(Resource):
             "{connection_file}",
             "--HistoryManager.enabled=False",  # no shared sqlite file between kernels
         ]
+        memory = self.sandbox.limits.memory_mb
+        group = MemoryCgroup.create(memory * 1024 * 1024) if memory is not None else None
+        self._group, self._oom_seen = group, 0
         log_path = runtime / "kernel.log"
         self._runtime, self._km = runtime, km
         try:
+            km.chatfmt_argv = self.sandbox.command(
+                kernel,
+                work_dir=self._work_dir,
+                runtime=runtime,
+                python=self.python,
+                cgroup_procs=group.procs if group is not None else None,
+                memory_in_cgroup=group is not None,
+            )
             with open(log_path, "wb") as log:
-                km.start_kernel(
+                launch = functools.partial(
+                    km.start_kernel,
                     cwd=str(self._work_dir),
                     env=self._kernel_env(),
                     stdout=subprocess.DEVNULL,
                     stderr=log,
                 )
+                _launcher().submit(launch).result()
             self._pid = getattr(km.provisioner, "pid", None)
             self._pgid = getattr(km.provisioner, "pgid", None)
             self._process = getattr(km.provisioner, "process", None)
@@ -264,7 +324,7 @@ class JupyterInterpreter(Resource):
             self._kc = kc
             if self._pid is not None:
                 self._finalizer = weakref.finalize(
-                    self, _reap, self._pid, self._pgid, self._process, runtime, kc
+                    self, _reap, self._pid, self._pgid, self._process, runtime, kc, group
                 )
             kc.wait_for_ready(timeout=self.startup_timeout)
             self._setup()
@@ -277,17 +337,11 @@ class JupyterInterpreter(Resource):
             ) from exc
 
     def _setup(self) -> None:
-        """Run the silent start-up cell: working directory and memory limit."""
-        lines = ["import os as _chatfmt_os", f"_chatfmt_os.chdir({str(self._work_dir)!r})"]
-        if self.memory_limit_mb is not None:
-            limit = self.memory_limit_mb * 1024 * 1024
-            lines += [
-                "import resource as _chatfmt_resource",
-                f"_chatfmt_resource.setrlimit(_chatfmt_resource.RLIMIT_AS, ({limit}, {limit}))",
-                "del _chatfmt_resource",
-            ]
-        lines.append("del _chatfmt_os")
-        self._silent("\n".join(lines))
+        """Run the silent start-up cell: the working directory (limits are set before the
+        kernel starts, by its launcher)."""
+        self._silent(
+            f"import os as _chatfmt_os\n_chatfmt_os.chdir({str(self._work_dir)!r})\ndel _chatfmt_os"
+        )
 
     def _silent(self, code: str) -> None:
         """Run set-up code that the model never sees; raise if it fails."""
@@ -323,8 +377,9 @@ class JupyterInterpreter(Resource):
 
     def _stop_kernel(self) -> None:
         km, kc, runtime, pid = self._km, self._kc, self._runtime, self._pid
-        pgid, process = self._pgid, self._process
+        pgid, process, group = self._pgid, self._process, self._group
         self._km = self._kc = self._runtime = self._pid = self._pgid = self._process = None
+        self._group = None
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
@@ -342,6 +397,7 @@ class JupyterInterpreter(Resource):
                 km.shutdown_kernel(now=True)  # now a formality that cleans up its files
         if runtime is not None:
             shutil.rmtree(runtime, ignore_errors=True)
+        _remove_group(group)
 
     # -- files --------------------------------------------------------------------------------
 
@@ -367,15 +423,25 @@ class JupyterInterpreter(Resource):
         return target
 
     def chdir(self, work_dir: str | os.PathLike[str]) -> None:
-        """Move the (running) kernel to another working directory, creating it if missing."""
+        """Move the (running) kernel to another working directory, creating it if missing.
+
+        In an isolating sandbox the kernel sees only the directory it started in: the new one
+        must lie inside it."""
         path = Path(work_dir).resolve()
+        if self.sandbox.isolate and not path.is_relative_to(self._work_dir):
+            raise InterpreterError(
+                f"the sandboxed kernel cannot see {str(path)!r}: only its working directory "
+                f"{str(self._work_dir)!r} is there; start an interpreter with "
+                "work_dir= that directory instead"
+            )
         path.mkdir(parents=True, exist_ok=True)
         with self._lock:
             self.start()
             if self._work_dir_cleanup is not None:
                 self._work_dir_cleanup()
                 self._work_dir_cleanup = None
-            self._work_dir, self._owns_work_dir = path, False
+            if not path.is_relative_to(self._work_dir):
+                self._work_dir, self._owns_work_dir = path, False
             self._silent(f"import os as _o\n_o.chdir({str(path)!r})\ndel _o")
 
     # -- running code -------------------------------------------------------------------------
@@ -390,16 +456,17 @@ class JupyterInterpreter(Resource):
         with self._lock:
             self.start()
             if not self.is_alive():
-                note = self._died_note(before=True)
+                error, note = self._died_note(before=True)
                 self.restart()
                 return ExecutionResult(
-                    error=note,
+                    error=error,
                     ename="KernelDied",
                     restarted=True,
                     max_output_chars=self.max_output_chars,
+                    note=note,
                 )
             try:
-                return self._run(code, limit)
+                return self._noted(self._run(code, limit))
             except Exception:
                 if not self._closed:
                     raise
@@ -409,49 +476,73 @@ class JupyterInterpreter(Resource):
                 )
 
     def interrupt(self) -> None:
-        """Interrupt the running cell (SIGINT), e.g. when its request was cancelled.
+        """Interrupt the running cell, e.g. when its request was cancelled.
 
         Safe to call from another thread while :meth:`execute` runs; that run then ends with a
         ``KeyboardInterrupt`` error and the kernel keeps its state. A no-op when not running.
         """
-        self._signal(signal.SIGINT)
-
-    def _signal(self, signum: int) -> None:
-        # What jupyter_client does for interrupt_mode "signal" (the kernel's whole process
-        # group, as a terminal's Ctrl-C), minus run_sync and its per-thread event loops.
-        pid, pgid = self._pid, self._pgid
-        if pid is None or not self.is_alive():
+        # What jupyter_client does for interrupt_mode "message", minus run_sync and its
+        # per-thread event loops; ipykernel answers it from its control thread, even while
+        # the main thread is busy.
+        kc = self._kc
+        if kc is None or not self.is_alive():
             return
-        with contextlib.suppress(OSError):
-            if pgid is not None and pgid == pid and pgid != os.getpgrp():
-                os.killpg(pgid, signum)
-            else:
-                os.kill(pid, signum)
+        with self._control_lock, contextlib.suppress(Exception):
+            kc.control_channel.send(kc.session.msg("interrupt_request", content={}))
+
+    def _noted(self, result: ExecutionResult) -> ExecutionResult:
+        """Add the one-line note for a limit the error shows: the network, a file's size."""
+        if result.note is not None or result.ok:
+            return result
+        text = f"{result.ename}: {result.evalue}"
+        if (
+            self.sandbox.isolate
+            and not self.sandbox.network
+            and any(sign in text for sign in _NETWORK_SIGNS)
+        ):
+            result.note = "network access is blocked in this sandbox"
+        elif "File too large" in text and self.sandbox.limits.file_mb is not None:
+            result.note = f"file size limit reached ({self.sandbox.limits.file_mb} MB per file)"
+        elif "Resource temporarily unavailable" in text and self.sandbox.isolate:
+            result.note = f"process limit reached ({self.sandbox.limits.processes} tasks)"
+        return result
 
     async def aexecute(self, code: str, timeout: float | None = None) -> ExecutionResult:
         """:meth:`execute` on a worker thread, for async servers (it always returns in time)."""
         return await asyncio.to_thread(self.execute, code, timeout)
 
-    def _died_note(self, *, before: bool) -> str:
+    def _death_cause(self) -> tuple[str, str | None]:
+        """How the kernel ended, and the limit it met (a one-line note) if one is known."""
         code = None
         with contextlib.suppress(Exception):
             code = self._process.returncode
-        how = "exited"
-        if isinstance(code, int) and code < 0:
+        # bubblewrap exits with 128 + the signal that killed the kernel inside it.
+        signum = -code if isinstance(code, int) and code < 0 else None
+        if self.sandbox.isolate and isinstance(code, int) and 128 < code < 160:
+            signum = code - 128
+        how = "exited" if code is None else f"exited with status {code}"
+        if signum is not None:
             with contextlib.suppress(ValueError):
-                how = f"killed by {signal.Signals(-code).name}"
-        if isinstance(code, int) and code > 0:
-            how = f"exited with status {code}"
-        hint = (
-            f" (it may have run out of memory; the limit is {self.memory_limit_mb} MB)"
-            if self.memory_limit_mb
-            else ""
-        )
+                how = f"killed by {signal.Signals(signum).name}"
+        limits = self.sandbox.limits
+        group = self._group
+        if group is not None and group.oom_kills() > self._oom_seen:
+            self._oom_seen = group.oom_kills()
+            return how, f"memory limit reached ({limits.memory_mb} MB): the kernel was killed"
+        if signum == signal.SIGXCPU and limits.cpu_seconds is not None:
+            return how, f"CPU time limit reached ({limits.cpu_seconds} s): the kernel was killed"
+        if group is None and limits.memory_mb is not None and signum == signal.SIGKILL:
+            return how, f"killed, perhaps out of memory (limit {limits.memory_mb} MB)"
+        return how, None
+
+    def _died_note(self, *, before: bool) -> tuple[str, str | None]:
+        how, note = self._death_cause()
         when = "had died before this code ran" if before else "died while running this code"
-        return (
-            f"KernelDied: the kernel {when} ({how}){hint}. It was restarted: variables, "
-            "imports and definitions are lost; run the needed code again."
+        error = (
+            f"KernelDied: the kernel {when} ({how}{'; ' + note if note else ''}). It was "
+            "restarted: variables, imports and definitions are lost; run the needed code again."
         )
+        return error, note
 
     def _run(self, code: str, limit: float) -> ExecutionResult:
         kc = self._kc
@@ -462,7 +553,7 @@ class JupyterInterpreter(Resource):
         while not out.idle:
             now = time.monotonic()
             if interrupted_at is None and now >= deadline:
-                self._signal(signal.SIGINT)
+                self.interrupt()
                 interrupted_at = now
             if interrupted_at is not None and now - interrupted_at > self.interrupt_grace:
                 self.restart()
@@ -480,11 +571,11 @@ class JupyterInterpreter(Resource):
                 msg = kc.iopub_channel.get_msg(timeout=min(wait, max(deadline - now, 0.01)))
             except queue.Empty:
                 if not self.is_alive():
-                    note = self._died_note(before=False)
+                    error, note = self._died_note(before=False)
                     self.restart()
-                    return out.result(self.max_output_chars, restarted=True).with_error(
-                        note, ename="KernelDied"
-                    )
+                    result = out.result(self.max_output_chars, restarted=True)
+                    result.note = note
+                    return result.with_error(error, ename="KernelDied")
                 continue
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
                 out.handle(msg)

@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import InterpreterError
 from .jupyter import JupyterInterpreter
 from .lifetime import Resource
+from .sandbox import Sandbox, detect
 
 
 def _close_thread_loop() -> None:
@@ -42,6 +43,8 @@ class KernelPool(Resource):
         if "work_dir" in kwargs:
             raise InterpreterError("give work_dir to acquire(), not to the pool")
         self.size = size
+        # Detected once for every kernel of the pool (a probe runs bubblewrap).
+        kwargs.setdefault("sandbox", detect("auto"))
         self._kwargs = kwargs
         self._cond = threading.Condition()
         self._ready: list[JupyterInterpreter] = []
@@ -120,9 +123,18 @@ class KernelPool(Resource):
         """A started interpreter, waiting for one if none is ready; a replacement starts.
 
         If no kernel is ready or starting (earlier starts failed), one is started here, so
-        its error is raised as :class:`InterpreterError`.
+        its error is raised as :class:`InterpreterError`. With ``work_dir`` and an isolating
+        sandbox, a kernel is started for that directory (a warm kernel sees only its own).
         """
         self.start()
+        sandbox: Sandbox = self._kwargs["sandbox"]
+        if work_dir is not None and sandbox.isolate:
+            fresh = JupyterInterpreter(work_dir, **self._kwargs)
+            with self._cond:
+                if self._closed:
+                    raise InterpreterError("this kernel pool is closed")
+                self._issued.add(fresh)
+            return fresh.start()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._ready:

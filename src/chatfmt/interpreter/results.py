@@ -48,6 +48,9 @@ class ExecutionResult:
     timed_out: bool = False
     restarted: bool = False
     max_output_chars: int | None = 4000
+    #: One short line on a limit the code met (the network blocked, memory, CPU time), for the
+    #: model and the user; ``None`` when none was met.
+    note: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -78,6 +81,8 @@ class ExecutionResult:
         parts.extend("[Image]" for _ in self.images)
         if self.error:
             parts.append(self.error.rstrip())
+        if self.note:
+            parts.append(f"[{self.note}]")
         body = "\n".join(parts)
         budget = self.max_output_chars if isinstance(max_chars, _Default) else max_chars
         if budget is not None:

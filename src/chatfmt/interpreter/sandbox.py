@@ -1,0 +1,255 @@
+"""The sandbox a kernel runs in: what model-written code may see, reach and use.
+
+With bubblewrap (``bwrap``, Debian's ``bubblewrap`` package) a kernel gets fresh user, PID,
+network, IPC, UTS and cgroup namespaces, no capabilities, and a file system of read-only system
+and Python directories plus its own working directory (read-write) and runtime directory (its
+IPC sockets); nothing else of the host is there (no home, no other sessions, no server files,
+no ``/etc`` beyond what Python and fonts need). Without a network namespace's routes it reaches
+no host, localhost included. Its init is PID 1 of its namespace: when the kernel is killed, so is
+every process it started, ``setsid`` and double forks included.
+
+Limits apply with or without bubblewrap (rlimits set by a small launcher before ``bwrap``):
+CPU seconds per process, file size, open files, and, inside the user namespace, tasks
+(processes and threads, so a fork bomb stops at the cap). Memory is limited by a cgroup where
+the host allows one (:mod:`.cgroup`: real usage), else by the address space (``RLIMIT_AS``,
+virtual memory, which the description then says).
+
+:func:`detect` finds what this host supports once; :meth:`Sandbox.describe` says in one line
+what protection is in force.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from ..errors import InterpreterError
+
+SandboxMode = Literal["auto", "bwrap", "off"]
+#: Files of /etc that Python, the dynamic loader and fontconfig read (all world-readable).
+_ETC = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "localtime", "passwd", "group",
+    "nsswitch.conf", "alternatives", "mime.types", "matplotlibrc",
+)  # fmt: skip
+#: System directories, read-only; a missing one is skipped (``/lib`` may be a symlink).
+_SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
+#: Inside the sandbox, the kernel's home and caches live in a private tmpfs.
+_INNER_HOME = "/tmp/home"
+_UID = 1000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-kernel resource limits (``None``: not limited)."""
+
+    memory_mb: int | None = 2048
+    cpu_seconds: int | None = 3600
+    processes: int | None = 256
+    file_mb: int | None = 2048
+    open_files: int | None = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("memory_mb", "cpu_seconds", "processes", "file_mb", "open_files"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise InterpreterError(f"sandbox limit {name} must be positive, got {value}")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How kernels are confined. ``isolate``: bubblewrap namespaces (else only limits);
+    ``network``: allow network access (only meaningful with ``isolate``)."""
+
+    isolate: bool
+    limits: Limits = field(default_factory=Limits)
+    network: bool = False
+    #: Why isolation is off when it was asked for with ``auto`` (shown by :meth:`describe`).
+    missing: str | None = None
+
+    def describe(self, *, cgroup: bool | None = None) -> str:
+        """One line: what protection is in force."""
+        lim = self.limits
+        mem = "no memory limit"
+        if lim.memory_mb is not None:
+            how = "real usage where the host allows a cgroup"
+            if cgroup is not None:
+                how = "real usage" if cgroup else "address space only"
+            mem = f"memory {lim.memory_mb} MB ({how})"
+        parts = [mem]
+        if lim.cpu_seconds is not None:
+            parts.append(f"CPU {lim.cpu_seconds} s")
+        if lim.processes is not None and self.isolate:
+            parts.append(f"{lim.processes} tasks")
+        if lim.file_mb is not None:
+            parts.append(f"files up to {lim.file_mb} MB")
+        limits = ", ".join(parts)
+        if not self.isolate:
+            why = f" ({self.missing})" if self.missing else ""
+            return (
+                f"sandbox OFF{why}: code runs with this server's rights, network and files; "
+                f"limits: {limits}"
+            )
+        net = "network allowed" if self.network else "no network"
+        return (
+            f"sandbox on (bubblewrap): {net}, only its working directory writable and no other "
+            f"host files, own process namespace; limits: {limits}"
+        )
+
+    def command(
+        self,
+        argv: Sequence[str],
+        *,
+        work_dir: Path,
+        runtime: Path,
+        python: str,
+        cgroup_procs: Path | None,
+        memory_in_cgroup: bool,
+    ) -> list[str]:
+        """The kernel's command line: the launcher (cgroup, rlimits), bwrap, then ``argv``."""
+        plan = {
+            "cgroup": str(cgroup_procs) if cgroup_procs is not None else None,
+            "limits": self._rlimits(memory_in_cgroup),
+        }
+        inner = self._bwrap(work_dir, runtime, python) + list(argv) if self.isolate else argv
+        return [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(plan), *inner]
+
+    def _rlimits(self, memory_in_cgroup: bool) -> dict[str, int]:
+        lim, mb = self.limits, 1024 * 1024
+        out: dict[str, int] = {}
+        if lim.memory_mb is not None and not memory_in_cgroup:
+            out["RLIMIT_AS"] = lim.memory_mb * mb
+        if lim.cpu_seconds is not None:
+            out["RLIMIT_CPU"] = lim.cpu_seconds
+        if lim.file_mb is not None:
+            out["RLIMIT_FSIZE"] = lim.file_mb * mb
+        if lim.open_files is not None:
+            out["RLIMIT_NOFILE"] = lim.open_files
+        # Counted per user: only inside the sandbox's own user namespace is that the kernel's.
+        if lim.processes is not None and self.isolate:
+            out["RLIMIT_NPROC"] = lim.processes
+        return out
+
+    def _bwrap(self, work_dir: Path, runtime: Path, python: str) -> list[str]:
+        args = [
+            _bwrap_path(), "--unshare-all", "--unshare-user", "--uid", str(_UID),
+            "--gid", str(_UID), "--die-with-parent", "--cap-drop", "ALL",
+        ]  # fmt: skip
+        if self.network:
+            args.append("--share-net")
+        for path in _SYSTEM:
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        for name in _ETC:
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        for root in _python_roots(python):
+            args += ["--ro-bind", root, root]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
+        args += ["--dir", _INNER_HOME]
+        args += ["--bind", str(runtime), str(runtime), "--bind", str(work_dir), str(work_dir)]
+        args += ["--chdir", str(work_dir), "--setenv", "HOME", _INNER_HOME]
+        args += ["--setenv", "MPLCONFIGDIR", _INNER_HOME + "/.matplotlib"]
+        args += ["--setenv", "IPYTHONDIR", _INNER_HOME + "/.ipython", "--setenv", "USER", "user"]
+        # The server is not in the kernel's PID namespace, so ipykernel must not poll for it
+        # (PID 1 turns its poller off); --die-with-parent ends the sandbox with the server.
+        args += ["--setenv", "JPY_PARENT_PID", "1"]
+        return args
+
+
+# Run by the kernel's launcher (an isolated Python, no site): join the cgroup, set the limits
+# (soft = hard, so code cannot raise them), then become bwrap (or the kernel).
+_LAUNCHER = """
+import json, os, resource, sys
+plan = json.loads(sys.argv[1])
+if plan["cgroup"]:
+    with open(plan["cgroup"], "w") as f:
+        f.write(str(os.getpid()))
+for name, value in plan["limits"].items():
+    hard = value + 5 if name == "RLIMIT_CPU" else value
+    resource.setrlimit(getattr(resource, name), (value, hard))
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+@functools.cache
+def _bwrap_path() -> str:
+    return shutil.which("bwrap") or "bwrap"
+
+
+@functools.cache
+def _python_roots(python: str) -> tuple[str, ...]:
+    """The directories a Python needs: its prefix and base prefix (a venv and its base)."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    else:
+        code = (
+            "import sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, "
+            "sys.base_exec_prefix, sep='\\n')"
+        )
+        try:
+            out = subprocess.run(
+                [python, "-I", "-c", code], capture_output=True, text=True, timeout=30, check=True
+            ).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise InterpreterError(f"cannot run the kernel's Python {python!r}: {exc}") from None
+        roots = set(out.split("\n")) - {""}
+    real = {os.path.realpath(r) for r in roots} | roots
+    # A root inside another is already bound; the system directories are bound apart.
+    keep = sorted(r for r in real if not r.startswith(_SYSTEM) and os.path.isdir(r))
+    return tuple(r for r in keep if not any(r != o and r.startswith(o + "/") for o in keep))
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot confine kernels on this host, or ``None`` if it can."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (Debian/Ubuntu: apt install bubblewrap)"
+    probe = [_bwrap_path(), "--unshare-all", "--unshare-user", "--die-with-parent"]
+    probe += ["--ro-bind", "/", "/", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap does not run: {exc}"
+    if done.returncode != 0:
+        err = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        return f"bubblewrap cannot create namespaces here ({err[0]})"
+    return None
+
+
+def detect(
+    mode: SandboxMode = "auto", *, limits: Limits | None = None, network: bool = False
+) -> Sandbox:
+    """The sandbox for ``mode``: ``auto`` isolates when this host can (else runs with limits
+    only, saying why), ``bwrap`` requires isolation (raises :class:`InterpreterError` naming the
+    fix), ``off`` turns isolation off."""
+    lim = limits or Limits()
+    if mode == "off":
+        return Sandbox(isolate=False, limits=lim, missing="turned off")
+    if mode not in ("auto", "bwrap"):
+        raise InterpreterError(f"unknown sandbox mode {mode!r}; use auto, bwrap or off")
+    if sys.platform != "linux":
+        problem: str | None = "namespaces need Linux"
+    else:
+        problem = bwrap_problem()
+    if problem is None:
+        return Sandbox(isolate=True, limits=lim, network=network)
+    if mode == "bwrap":
+        raise InterpreterError(
+            f"the code interpreter's sandbox is not available: {problem}; fix that, or run "
+            "with --sandbox off to run model-written code without isolation"
+        )
+    return Sandbox(isolate=False, limits=lim, missing=problem)
+
+
+def with_limits(sandbox: Sandbox, **changes: int | None) -> Sandbox:
+    """``sandbox`` with some limits changed."""
+    return replace(sandbox, limits=replace(sandbox.limits, **changes))
