@@ -1,13 +1,13 @@
-"""A memory cgroup per kernel: a limit on the memory the sandbox really uses (resident pages,
-page cache included), where the host lets this process create one.
+"""The cgroups of one kernel: a limit on the memory its sandbox really uses (resident pages,
+page cache included) and on its tasks, where the host lets this process create them.
 
-Two layouts, as Linux offers them: cgroup v2 (one ``cgroup2`` mount; ``memory.max``,
-``memory.swap.max``, ``memory.events``) and v1 (a ``memory`` hierarchy;
-``memory.limit_in_bytes``, ``memory.memsw.limit_in_bytes``, ``memory.oom_control``). The group
-is made under this process's own cgroup, so a container's or a systemd unit's limits still
-apply above it. Where neither can be made (no permission, the v2 "no internal processes" rule,
-no memory controller), :meth:`MemoryCgroup.create` returns ``None`` and the caller falls back to
-an address-space limit, saying so.
+Both layouts Linux offers are read: cgroup v2 (one ``cgroup2`` mount; ``memory.max``,
+``memory.swap.max``, ``pids.max``, ``memory.events``) and v1 (one hierarchy per controller;
+``memory.limit_in_bytes``, ``memory.memsw.limit_in_bytes``, ``pids.max``,
+``memory.oom_control``). Groups are made under this process's own cgroup, so a container's or
+a systemd unit's limits still apply above them. A controller whose group cannot be made (no
+permission, v2's "no internal processes" rule, no such controller) is simply not used; the
+caller falls back to rlimits and says so.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from pathlib import Path
 
 _COUNTER = itertools.count()
 _PROC = Path("/proc/self")
 
 
-def _mounts() -> list[tuple[str, str, str]]:
+def _mounts() -> list[tuple[Path, str, list[str]]]:
     """``(mount point, file system type, super options)`` of this process's mounts."""
     out = []
     try:
@@ -32,7 +33,7 @@ def _mounts() -> list[tuple[str, str, str]]:
         left, _, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
         if len(fields) >= 5 and len(tail) >= 3:
-            out.append((fields[4].replace("\\040", " "), tail[0], tail[2]))
+            out.append((Path(fields[4].replace("\\040", " ")), tail[0], tail[2].split(",")))
     return out
 
 
@@ -47,90 +48,127 @@ def _own_paths() -> dict[str, str]:
     return out
 
 
-class MemoryCgroup:
-    """One kernel's memory cgroup; :attr:`procs` is where its launcher writes its own pid."""
+def _write(path: Path, value: str) -> bool:
+    try:
+        path.write_text(value)
+    except OSError:
+        return False
+    return True
 
-    def __init__(self, path: Path, version: int) -> None:
-        self.path, self.version = path, version
+
+class KernelCgroups:
+    """One kernel's groups; its launcher writes its own pid into every :attr:`procs` file."""
+
+    def __init__(self) -> None:
+        #: ``(group directory, cgroup version)`` per controller in use.
+        self.groups: dict[str, tuple[Path, int]] = {}
 
     @property
-    def procs(self) -> Path:
-        return self.path / "cgroup.procs"
+    def procs(self) -> list[Path]:
+        return sorted({path / "cgroup.procs" for path, _ in self.groups.values()})
+
+    @property
+    def limits_memory(self) -> bool:
+        return "memory" in self.groups
+
+    @property
+    def limits_tasks(self) -> bool:
+        return "pids" in self.groups
 
     @classmethod
-    def create(cls, limit_bytes: int) -> MemoryCgroup | None:
-        """A new group limited to ``limit_bytes`` (swap included), or ``None`` if this host
-        does not let this process make one."""
-        own = _own_paths()
+    def create(cls, *, memory_bytes: int | None, tasks: int | None) -> KernelCgroups:
+        """Groups for whichever limits this host lets this process set (possibly none)."""
+        out = cls()
         name = f"chatfmt-kernel-{os.getpid()}-{next(_COUNTER)}"
+        wanted = {"memory": memory_bytes, "pids": tasks}
+        own = _own_paths()
+        made: set[Path] = set()
         for point, fstype, options in _mounts():
-            if fstype == "cgroup2" and "" in own:
-                group = cls._make(Path(point), own[""], name, 2)
-                if group is not None and group._limit_v2(limit_bytes):
-                    return group
-            elif fstype == "cgroup" and "memory" in options.split(",") and "memory" in own:
-                group = cls._make(Path(point), own["memory"], name, 1)
-                if group is not None and group._limit_v1(limit_bytes):
-                    return group
-        return None
-
-    @classmethod
-    def _make(cls, point: Path, own: str, name: str, version: int) -> MemoryCgroup | None:
-        parent = point / own.lstrip("/")
-        if version == 2:
-            try:
-                controllers = (parent / "cgroup.controllers").read_text().split()
-                enabled = (parent / "cgroup.subtree_control").read_text().split()
-            except OSError:
-                return None
-            if "memory" not in controllers:
-                return None
-            if "memory" not in enabled:
-                try:  # refused when the parent holds processes (v2's "no internal processes")
-                    (parent / "cgroup.subtree_control").write_text("+memory")
-                except OSError:
-                    return None
-        try:
-            (parent / name).mkdir()
-        except OSError:
-            return None
-        return cls(parent / name, version)
-
-    def _write(self, file: str, value: str) -> bool:
-        try:
-            (self.path / file).write_text(value)
-        except OSError:
-            return False
-        return True
-
-    def _limit_v2(self, limit: int) -> bool:
-        if self._write("memory.max", str(limit)):
-            self._write("memory.swap.max", "0")  # absent without swap accounting: fine
-            return True
-        self.remove()
-        return False
-
-    def _limit_v1(self, limit: int) -> bool:
-        if self._write("memory.limit_in_bytes", str(limit)):
-            self._write("memory.memsw.limit_in_bytes", str(limit))  # swap too, where counted
-            return True
-        self.remove()
-        return False
+            for controller, limit in wanted.items():
+                if limit is None or controller in out.groups:
+                    continue
+                if fstype == "cgroup2" and "" in own:
+                    group = _make_v2(point / own[""].lstrip("/"), name, controller)
+                    version = 2
+                elif fstype == "cgroup" and controller in options and controller in own:
+                    group = _make_v1(point / own[controller].lstrip("/"), name)
+                    version = 1
+                else:
+                    continue
+                if group is not None:
+                    made.add(group)
+                    if _limit(group, controller, limit, version):
+                        out.groups[controller] = (group, version)
+        for path in made - {p for p, _ in out.groups.values()}:
+            _rmdir(path)  # made, but its limit could not be set
+        return out
 
     def oom_kills(self) -> int:
         """How many processes of the group the kernel has killed for memory so far."""
-        file = "memory.events" if self.version == 2 else "memory.oom_control"
+        if "memory" not in self.groups:
+            return 0
+        path, version = self.groups["memory"]
+        file = "memory.events" if version == 2 else "memory.oom_control"
         with contextlib.suppress(OSError, ValueError):
-            for line in (self.path / file).read_text().splitlines():
+            for line in (path / file).read_text().splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     return int(value)
         return 0
 
     def remove(self) -> None:
-        """Delete the group (once its processes are gone; a no-op if it is already)."""
-        with contextlib.suppress(OSError):
-            self.path.rmdir()
+        """Delete the groups; their processes may take a moment to be gone after a kill."""
+        for path in {p for p, _ in self.groups.values()}:
+            _rmdir(path, wait=1.0)
 
     def __repr__(self) -> str:
-        return f"MemoryCgroup({str(self.path)!r}, v{self.version})"
+        return f"KernelCgroups({ {c: str(p) for c, (p, _) in self.groups.items()} })"
+
+
+def _make_v2(parent: Path, name: str, controller: str) -> Path | None:
+    try:
+        available = (parent / "cgroup.controllers").read_text().split()
+        enabled = (parent / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return None
+    if controller not in available:
+        return None
+    # Refused when the parent holds processes (v2's "no internal processes" rule).
+    if controller not in enabled and not _write(
+        parent / "cgroup.subtree_control", f"+{controller}"
+    ):
+        return None
+    return _make_v1(parent, name)
+
+
+def _make_v1(parent: Path, name: str) -> Path | None:
+    path = parent / name
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return path
+
+
+def _limit(group: Path, controller: str, limit: int, version: int) -> bool:
+    if controller == "pids":
+        return _write(group / "pids.max", str(limit))
+    if version == 2:
+        if not _write(group / "memory.max", str(limit)):
+            return False
+        _write(group / "memory.swap.max", "0")  # absent without swap accounting: fine
+        return True
+    if not _write(group / "memory.limit_in_bytes", str(limit)):
+        return False
+    _write(group / "memory.memsw.limit_in_bytes", str(limit))  # swap too, where counted
+    return True
+
+
+def _rmdir(path: Path, wait: float = 0.0) -> None:
+    deadline = time.monotonic() + wait
+    while True:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+        if not path.exists() or time.monotonic() >= deadline:
+            return
+        time.sleep(0.02)

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 
 from .._imports import require
 from ..errors import InterpreterError
-from .cgroup import MemoryCgroup
+from .cgroup import KernelCgroups
 from .lifetime import Resource
 from .results import ExecutionResult, _Collector
 from .sandbox import Sandbox, detect, with_limits
@@ -135,15 +135,10 @@ def _reap(pid: int, pgid: int | None, process: Any, runtime: Path, client: Any, 
     _remove_group(group)
 
 
-def _remove_group(group: MemoryCgroup | None) -> None:
-    """Delete a kernel's cgroup; its processes may take a moment to be gone after the kill."""
-    if group is None:
-        return
-    for _ in range(50):
+def _remove_group(group: KernelCgroups | None) -> None:
+    """Delete a kernel's cgroups (they wait for its processes to be gone after the kill)."""
+    if group is not None:
         group.remove()
-        if not group.path.exists():
-            return
-        time.sleep(0.02)
 
 
 class JupyterInterpreter(Resource):
@@ -202,7 +197,7 @@ class JupyterInterpreter(Resource):
         self._pid: int | None = None
         self._pgid: int | None = None
         self._process: Any = None  # the kernel's Popen
-        self._group: MemoryCgroup | None = None  # its memory cgroup, where the host allows one
+        self._group: KernelCgroups | None = None  # its cgroups, where the host allows them
         self._oom_seen = 0
         self._control_lock = threading.Lock()  # interrupts may come from any thread
         self._closed = False
@@ -223,8 +218,12 @@ class JupyterInterpreter(Resource):
 
     def describe(self) -> str:
         """One line: what protection this interpreter's kernel runs under."""
-        cgroup = None if self._km is None else self._group is not None
-        return self.sandbox.describe(cgroup=cgroup)
+        group = self._group
+        if self._km is None or group is None:
+            return self.sandbox.describe()
+        return self.sandbox.describe(
+            memory_cgroup=group.limits_memory, tasks_cgroup=group.limits_tasks
+        )
 
     @property
     def started(self) -> bool:
@@ -293,8 +292,9 @@ class JupyterInterpreter(Resource):
             "{connection_file}",
             "--HistoryManager.enabled=False",  # no shared sqlite file between kernels
         ]
-        memory = self.sandbox.limits.memory_mb
-        group = MemoryCgroup.create(memory * 1024 * 1024) if memory is not None else None
+        limits = self.sandbox.limits
+        memory = limits.memory_mb * 1024 * 1024 if limits.memory_mb is not None else None
+        group = KernelCgroups.create(memory_bytes=memory, tasks=limits.processes)
         self._group, self._oom_seen = group, 0
         log_path = runtime / "kernel.log"
         self._runtime, self._km = runtime, km
@@ -304,8 +304,9 @@ class JupyterInterpreter(Resource):
                 work_dir=self._work_dir,
                 runtime=runtime,
                 python=self.python,
-                cgroup_procs=group.procs if group is not None else None,
-                memory_in_cgroup=group is not None,
+                cgroup_procs=group.procs,
+                memory_in_cgroup=group.limits_memory,
+                tasks_in_cgroup=group.limits_tasks,
             )
             with open(log_path, "wb") as log:
                 launch = functools.partial(
@@ -531,7 +532,11 @@ class JupyterInterpreter(Resource):
             return how, f"memory limit reached ({limits.memory_mb} MB): the kernel was killed"
         if signum == signal.SIGXCPU and limits.cpu_seconds is not None:
             return how, f"CPU time limit reached ({limits.cpu_seconds} s): the kernel was killed"
-        if group is None and limits.memory_mb is not None and signum == signal.SIGKILL:
+        if (
+            (group is None or not group.limits_memory)
+            and limits.memory_mb is not None
+            and (signum == signal.SIGKILL)
+        ):
             return how, f"killed, perhaps out of memory (limit {limits.memory_mb} MB)"
         return how, None
 

@@ -9,10 +9,11 @@ no host, localhost included. Its init is PID 1 of its namespace: when the kernel
 every process it started, ``setsid`` and double forks included.
 
 Limits apply with or without bubblewrap (rlimits set by a small launcher before ``bwrap``):
-CPU seconds per process, file size, open files, and, inside the user namespace, tasks
-(processes and threads, so a fork bomb stops at the cap). Memory is limited by a cgroup where
-the host allows one (:mod:`.cgroup`: real usage), else by the address space (``RLIMIT_AS``,
-virtual memory, which the description then says).
+CPU seconds per process, file size, open files. Memory and tasks (processes and threads, so a
+fork bomb stops at the cap) are limited by cgroups where the host allows them
+(:mod:`.cgroup`; memory: real usage); otherwise memory by the address space (``RLIMIT_AS``,
+virtual memory) and tasks by ``RLIMIT_NPROC`` inside the sandbox's user namespace (which binds
+unless the server runs as root), as the description then says.
 
 :func:`detect` finds what this host supports once; :meth:`Sandbox.describe` says in one line
 what protection is in force.
@@ -74,23 +75,28 @@ class Sandbox:
     #: Why isolation is off when it was asked for with ``auto`` (shown by :meth:`describe`).
     missing: str | None = None
 
-    def describe(self, *, cgroup: bool | None = None) -> str:
-        """One line: what protection is in force."""
+    def describe(
+        self, *, memory_cgroup: bool | None = None, tasks_cgroup: bool | None = None
+    ) -> str:
+        """One line: what protection is in force (``None``: not known before a kernel starts)."""
         lim = self.limits
-        mem = "no memory limit"
+        parts = []
         if lim.memory_mb is not None:
             how = "real usage where the host allows a cgroup"
-            if cgroup is not None:
-                how = "real usage" if cgroup else "address space only"
-            mem = f"memory {lim.memory_mb} MB ({how})"
-        parts = [mem]
+            if memory_cgroup is not None:
+                how = "real usage" if memory_cgroup else "address space only"
+            parts.append(f"memory {lim.memory_mb} MB ({how})")
         if lim.cpu_seconds is not None:
             parts.append(f"CPU {lim.cpu_seconds} s")
-        if lim.processes is not None and self.isolate:
-            parts.append(f"{lim.processes} tasks")
+        if lim.processes is not None:
+            enforced = self._tasks_enforced(tasks_cgroup)
+            if enforced is None:
+                parts.append(f"{lim.processes} tasks where the host allows")
+            elif enforced:
+                parts.append(f"{lim.processes} tasks")
         if lim.file_mb is not None:
             parts.append(f"files up to {lim.file_mb} MB")
-        limits = ", ".join(parts)
+        limits = ", ".join(parts) or "none"
         if not self.isolate:
             why = f" ({self.missing})" if self.missing else ""
             return (
@@ -103,6 +109,14 @@ class Sandbox:
             f"host files, own process namespace; limits: {limits}"
         )
 
+    def _tasks_enforced(self, tasks_cgroup: bool | None) -> bool | None:
+        if tasks_cgroup:
+            return True
+        # RLIMIT_NPROC binds only inside the sandbox's user namespace, and never a user that
+        # is root on the host (as the sandbox's user is when the server runs as root).
+        inner = self.isolate and os.geteuid() != 0
+        return inner or (None if tasks_cgroup is None else False)
+
     def command(
         self,
         argv: Sequence[str],
@@ -110,16 +124,24 @@ class Sandbox:
         work_dir: Path,
         runtime: Path,
         python: str,
-        cgroup_procs: Path | None,
-        memory_in_cgroup: bool,
+        cgroup_procs: Sequence[Path] = (),
+        memory_in_cgroup: bool = False,
+        tasks_in_cgroup: bool = False,
     ) -> list[str]:
-        """The kernel's command line: the launcher (cgroup, rlimits), bwrap, then ``argv``."""
+        """The kernel's command line: the launcher (cgroups, rlimits), bwrap, then ``argv``
+        (after an inner launcher that sets the task limit inside the user namespace)."""
         plan = {
-            "cgroup": str(cgroup_procs) if cgroup_procs is not None else None,
+            "cgroups": [str(p) for p in cgroup_procs],
             "limits": self._rlimits(memory_in_cgroup),
         }
-        inner = self._bwrap(work_dir, runtime, python) + list(argv) if self.isolate else argv
-        return [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(plan), *inner]
+        outer = [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(plan)]
+        if not self.isolate:
+            return [*outer, *argv]
+        inner = list(argv)
+        if self.limits.processes is not None and not tasks_in_cgroup:
+            tasks = {"cgroups": [], "limits": {"RLIMIT_NPROC": self.limits.processes}}
+            inner = [python, "-I", "-S", "-c", _LAUNCHER, json.dumps(tasks), *inner]
+        return [*outer, *self._bwrap(work_dir, runtime, python), *inner]
 
     def _rlimits(self, memory_in_cgroup: bool) -> dict[str, int]:
         lim, mb = self.limits, 1024 * 1024
@@ -132,9 +154,6 @@ class Sandbox:
             out["RLIMIT_FSIZE"] = lim.file_mb * mb
         if lim.open_files is not None:
             out["RLIMIT_NOFILE"] = lim.open_files
-        # Counted per user: only inside the sandbox's own user namespace is that the kernel's.
-        if lim.processes is not None and self.isolate:
-            out["RLIMIT_NPROC"] = lim.processes
         return out
 
     def _bwrap(self, work_dir: Path, runtime: Path, python: str) -> list[str]:
@@ -156,7 +175,8 @@ class Sandbox:
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
         args += ["--dir", _INNER_HOME]
         args += ["--bind", str(runtime), str(runtime), "--bind", str(work_dir), str(work_dir)]
-        args += ["--chdir", str(work_dir), "--setenv", "HOME", _INNER_HOME]
+        # The sandbox's own root (where /etc's few files are mounted) is read-only too.
+        args += ["--remount-ro", "/", "--chdir", str(work_dir), "--setenv", "HOME", _INNER_HOME]
         args += ["--setenv", "MPLCONFIGDIR", _INNER_HOME + "/.matplotlib"]
         args += ["--setenv", "IPYTHONDIR", _INNER_HOME + "/.ipython", "--setenv", "USER", "user"]
         # The server is not in the kernel's PID namespace, so ipykernel must not poll for it
@@ -165,13 +185,15 @@ class Sandbox:
         return args
 
 
-# Run by the kernel's launcher (an isolated Python, no site): join the cgroup, set the limits
-# (soft = hard, so code cannot raise them), then become bwrap (or the kernel).
+# Run by the kernel's launchers (an isolated Python, no site): join the cgroups, set the limits
+# (soft = hard, so code cannot raise them), then become bwrap or the kernel. The task limit is
+# set by a second launcher inside the sandbox: set before bwrap, it would also cap the user
+# namespace's parent count, which holds every process of the host user.
 _LAUNCHER = """
 import json, os, resource, sys
 plan = json.loads(sys.argv[1])
-if plan["cgroup"]:
-    with open(plan["cgroup"], "w") as f:
+for procs in plan["cgroups"]:
+    with open(procs, "w") as f:
         f.write(str(os.getpid()))
 for name, value in plan["limits"].items():
     hard = value + 5 if name == "RLIMIT_CPU" else value
