@@ -328,7 +328,10 @@ def from_openai(messages: Iterable[Mapping[str, Any]], *, first_index: int = 0) 
         try:
             out.append(Message.model_validate(data))
         except ValueError as exc:
-            raise ValidationError(_first_error(exc), index=i, rule="schema") from None
+            problem = _first_error(exc)
+            if "reasoning_content" in raw and problem.startswith("reasoning:"):
+                problem = "reasoning_content" + problem.removeprefix("reasoning")
+            raise ValidationError(problem, index=i, rule="schema") from None
     return out
 
 

@@ -96,3 +96,42 @@ def test_forced_call_prefix_parses_as_the_named_call() -> None:
     turn.finish()
     [call] = turn.result().tool_calls
     assert (call.name, call.arguments_dict()) == ("get_time", {"tz": "UTC"})
+
+
+def test_a_repeated_or_malformed_id_gets_a_fresh_one_so_results_can_answer_apart() -> None:
+    out = "[TOOL_CALLS]f[CALL_ID]abcdefghi[ARGS]{}[TOOL_CALLS]g[CALL_ID]abcdefghi[ARGS]{}</s>"
+    result = DIALECT.parse(out)
+    first, second = result.tool_calls
+    assert first.id == "abcdefghi" and second.id != "abcdefghi"
+    assert result.warnings == ["tool call 1: id 'abcdefghi' repeats; a new one is used"]
+    # The turn renders back with its results, as the reference would take it.
+    history = [
+        {"role": "user", "content": "go"},
+        result.message.to_openai(),
+        {"role": "tool", "tool_call_id": first.id, "content": "1"},
+        {"role": "tool", "tool_call_id": second.id, "content": "2"},
+    ]
+    DIALECT.validate(load_conversation(history))
+    [malformed] = DIALECT.parse("[TOOL_CALLS]f[CALL_ID]short[ARGS]{}").tool_calls
+    assert malformed.id != "short"
+
+
+def test_a_call_cut_by_the_next_call_is_closed_and_the_next_one_kept() -> None:
+    result = DIALECT.parse('[TOOL_CALLS]f[ARGS]{"a": ["x", [TOOL_CALLS]g[ARGS]{"b": 2}</s>')
+    assert [(c.name, c.arguments_dict()) for c in result.tool_calls] == [
+        ("f", {"a": ["x"]}),
+        ("g", {"b": 2}),
+    ]
+    assert "tool call 0 is unterminated" in result.warnings[0]
+
+
+def test_list_style_calls_degrade_to_text_as_soon_as_the_name_cannot_be_one() -> None:
+    from chatfmt.decoding import TurnDecoder
+
+    turn = TurnDecoder(DIALECT)
+    events = turn.feed_text('[TOOL_CALLS][{"name": "f"')
+    assert [getattr(e, "text", None) for e in events] == ['[TOOL_CALLS][{"name": "f"']
+    turn.finish()
+    assert turn.result().warnings == [
+        "the text after [TOOL_CALLS] is not a function name; kept as text"
+    ]

@@ -546,3 +546,27 @@ def test_reasoning_on_a_user_message_is_refused_with_the_fix(
     r = chat(app, {"messages": [bad]})
     assert r.status_code == 400
     assert "only assistant messages carry reasoning" in r.json()["error"]["message"]
+
+
+def test_a_reply_cut_off_while_thinking_has_null_content_and_renders_back_as_reasoning() -> None:
+    from chatfmt.dialects import get_dialect
+    from chatfmt.engines.fake import FakeEngine
+    from chatfmt.tokenizers import load_tokenizer
+
+    tok = load_tokenizer("o200k_harmony")
+    fake = FakeEngine(tok, ["<|channel|>analysis<|message|>Thinking about it"])
+    app = create_app(fake, get_dialect("harmony"), model_name="m")
+    reply = chat(app, {"messages": USER_HI, "max_tokens": 5}).json()["choices"][0]
+    message = reply["message"]
+    assert message["content"] is None and message["reasoning_content"]
+    history = [*USER_HI, message, {"role": "user", "content": "go on"}]
+    assert chat(app, {"messages": history}).status_code == 200
+    prompt = tok.decode(fake.prompts[-1])
+    assert "<|channel|>analysis<|message|>" in prompt and "<|channel|>final" not in prompt
+
+
+def test_a_bad_reasoning_content_is_named_as_sent(qwen_dialect: Any, make_fake: Any) -> None:
+    app = create_app(make_fake(), qwen_dialect, model_name="m")
+    bad = [*USER_HI, {"role": "assistant", "content": "x", "reasoning_content": 5}]
+    r = chat(app, {"messages": bad})
+    assert r.status_code == 400 and "reasoning_content:" in r.json()["error"]["message"]

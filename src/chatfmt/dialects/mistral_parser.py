@@ -222,7 +222,7 @@ class NamedCallsParser(StreamParser):
         self._call: tuple[int, str, str] | None = None  # index, id, name of the open call
         self._args: list[str] = []
         self._fed = 0  # characters of the arguments fed to the scanner
-        self._noted_tail = False
+        self._noted_tail = self._noted_skip = self._had_id = False
         self._events: list[Event] = []
         self._content: list[str] = []
         self._calls: list[ToolCall] = []
@@ -231,10 +231,15 @@ class NamedCallsParser(StreamParser):
 
     def on_control(self, token: str) -> list[Event]:
         mode = self._mode
+        if token == self._calls_control and mode == _ARGS_MODE and self._call is not None:
+            # The next call begins: the open one was cut short.
+            self._break(f"tool call {self._call[0]} is unterminated")
+            mode = _DONE_MODE
         if token == self._calls_control and mode in (_TEXT, _DONE_MODE, _SKIP):
             self._mode, self._raw, self._name, self._id = _NAME_MODE, [token], [], []
+            self._had_id = False
         elif token == self._id_control and mode == _NAME_MODE:
-            self._mode = _ID_MODE
+            self._mode, self._had_id = _ID_MODE, True
             self._raw.append(token)
         elif token == self._args_control and mode in (_NAME_MODE, _ID_MODE):
             self._raw.append(token)
@@ -255,10 +260,17 @@ class NamedCallsParser(StreamParser):
         elif mode in (_NAME_MODE, _ID_MODE):
             self._raw.append(text)
             (self._name if mode == _NAME_MODE else self._id).append(text)
+            name = "".join(self._name).strip(WS)
+            if mode == _NAME_MODE and name and not self._valid_name(name):
+                # Every prefix of a name is a name: this will not become one.
+                self._degrade("the text after [TOOL_CALLS] is not a function name")
         elif mode == _ARGS_MODE:
             self._on_args(text)
         elif mode == _DONE_MODE:
             self._tail(text)
+        elif mode == _SKIP and text.strip(WS) and not self._noted_skip:
+            self._noted_skip = True
+            self._warnings.append("the output after the malformed call was ignored")
         out, self._events = self._events, []
         return out
 
@@ -280,8 +292,7 @@ class NamedCallsParser(StreamParser):
             self._scan = CallScanner()
             self._scan.feed('{"arguments": ')
             name = "".join(self._name).strip(WS)
-            given = "".join(self._id).strip(WS)
-            call_id = given if self._valid_id(given) else self._new_id()
+            call_id = self._call_id("".join(self._id).strip(WS))
             self._call = (len(self._calls), call_id, name)
             self._events.append(ToolCallStart(*self._call))
         scan = self._scan
@@ -297,7 +308,25 @@ class NamedCallsParser(StreamParser):
         elif scan.error is not None:
             assert self._call is not None
             self._break(f"tool call {self._call[0]} has malformed JSON ({scan.error})")
-            self._mode = _SKIP
+            # The character that broke it is already output that is dropped.
+            self._warnings.append("the output after the malformed call was ignored")
+            self._mode, self._noted_skip = _SKIP, True
+
+    def _call_id(self, given: str) -> str:
+        """The id the model wrote, unless it is malformed or already used in this turn (a
+        duplicate could not be answered apart): then a fresh one, and a warning."""
+        if not self._had_id:
+            return self._new_id()  # no [CALL_ID]: how these models usually write calls
+        index = len(self._calls)
+        if not self._valid_id(given):
+            self._warnings.append(
+                f"tool call {index}: id {given!r} is malformed; a new one is used"
+            )
+        elif any(c.id == given for c in self._calls):
+            self._warnings.append(f"tool call {index}: id {given!r} repeats; a new one is used")
+        else:
+            return given
+        return self._new_id()
 
     # ==== Output ====
 

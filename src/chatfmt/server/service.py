@@ -75,6 +75,9 @@ def _text_size(req: ChatCompletionRequest) -> int:
         elif content is not None:
             size += len(str(content))
         size += 32 * len(m.get("tool_calls") or ())
+        reasoning = m.get("reasoning_content") or m.get("reasoning")
+        if isinstance(reasoning, str):
+            size += len(reasoning)
     return size + 512 * len(req.tools or ())
 
 

@@ -69,7 +69,10 @@ def assistant_message(result: ParseResult, policy: CallPolicy) -> AssistantMessa
         for c in result.tool_calls
         if c.id in policy.kept_ids
     ]
-    reasoning = result.reasoning  # left out of the JSON while None
+    reasoning = result.reasoning or None  # left out of the JSON while None
     if not calls:
-        return AssistantMessage(content=content or "", reasoning_content=reasoning)
+        # Only reasoning (a reply cut off while thinking): content null, so that the message
+        # sent back renders as reasoning, not as an empty answer.
+        empty = None if reasoning else ""
+        return AssistantMessage(content=content or empty, reasoning_content=reasoning)
     return AssistantMessage(content=content, reasoning_content=reasoning, tool_calls=calls)
