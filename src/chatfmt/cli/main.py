@@ -19,6 +19,7 @@ from ..errors import ChatFmtError, MissingDependencyError
 from ..events import Event, event_json
 from ..messages import Conversation, Message, as_conversation, load_conversation
 from ..tokenizers import Tokenizer, load_tokenizer
+from .kernel import add_kernel_options
 
 #: Tokenizer used when ``--tokenizer`` is not given.
 DEFAULT_TOKENIZER = {"chatml": "cl100k_base", "qwen2.5": "qwen2.5"}
@@ -210,11 +211,30 @@ def cmd_chat(args: argparse.Namespace) -> int:
     options["engine"] = options["engine"] or "local"
     engine = build_engine(args.model, **options, text_controls=controls)
     dialect = named or default_dialect(args.model, engine.tokenizer)
+    if args.file and not args.interpreter:
+        raise _UsageError("--file gives the code interpreter a file: use it with --interpreter")
     if args.interpreter:
         from ..interpreter import JupyterInterpreter
+        from ..web.files import FileError, check_name
+        from .kernel import announce, kernel_kwargs
 
-        with JupyterInterpreter() as interpreter:
-            run_chat(engine, dialect, tools=tools, interpreter=interpreter, system=args.system)
+        kwargs = kernel_kwargs(args)
+        announce(kwargs)
+        with JupyterInterpreter(**kwargs) as interpreter:
+            uploaded = []
+            for path in args.file or ():
+                source = Path(path)
+                try:
+                    data = source.read_bytes()
+                    check_name(source.name)
+                except (OSError, FileError) as exc:
+                    raise _UsageError(f"--file {path}: {exc}") from None
+                uploaded.append(str(interpreter.upload(source.name, data)))
+            system = args.system
+            if uploaded:
+                note = "Files for the code interpreter: " + ", ".join(uploaded)
+                system = f"{system}\n\n{note}" if system else note
+            run_chat(engine, dialect, tools=tools, interpreter=interpreter, system=system)
     else:
         run_chat(engine, dialect, tools=tools, system=args.system)
     return 0
@@ -233,12 +253,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     check_api_key(args.api_key)  # before the model loads: a key no client could send
     tools = load_tools_file(args.tools) if args.tools else None
+    if not 0 < args.max_upload_mb <= args.max_body_mb:
+        _fail(f"--max-upload-mb must be positive and at most --max-body-mb ({args.max_body_mb:g})")
 
     def configure(app: Any, engine: Any, dialect: Dialect) -> None:
         from ..web import demo_tools, mount_web
         from .serve import model_name, trusted_hosts
 
-        factory = None
+        factory, sandbox_line = None, None
         if not args.no_interpreter:
             try:
                 require_jupyter()
@@ -248,9 +270,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 import atexit
 
                 from ..interpreter import KernelPool
+                from .kernel import announce, kernel_kwargs
 
+                kwargs = kernel_kwargs(args)
+                announce(kwargs)
+                sandbox_line = kwargs["sandbox"].describe()
                 # A warm kernel waits for the next conversation that asks for the interpreter.
-                pool = KernelPool(size=1, timeout=60).start()
+                pool = KernelPool(size=1, **kwargs).start()
                 atexit.register(pool.close)
                 factory = pool.acquire
         mount_web(
@@ -262,6 +288,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             model_name=model_name(args.model),
             api_key=args.api_key,
             allowed_hosts=trusted_hosts(args.host),
+            sandbox=sandbox_line,
+            max_upload_bytes=round(args.max_upload_mb * 1024 * 1024),
         )
 
     run_server(
@@ -420,7 +448,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_options(p)
     p.add_argument("--tools", metavar="FILE.py", help="a Python file with @tool functions")
     p.add_argument("--interpreter", action="store_true", help="run code in a Jupyter kernel")
+    p.add_argument("--file", action="append", metavar="PATH",
+                   help="copy a file into the interpreter's working directory and tell the "
+                   "model (repeatable; with --interpreter)")  # fmt: skip
     p.add_argument("--system", help="system prompt")
+    add_kernel_options(p)
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("serve", help="OpenAI-compatible API and web chat")
@@ -486,6 +518,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "behind a reverse proxy (default: 64)")  # fmt: skip
     p.add_argument("--tools", metavar="FILE.py", help="tools for the web chat (default: demo)")
     p.add_argument("--no-interpreter", action="store_true", help="no code interpreter mode")
+    p.add_argument("--max-upload-mb", type=float, default=8.0, metavar="MB",
+                   help="largest file the web chat uploads to the interpreter; at most "
+                   "--max-body-mb (default: 8)")  # fmt: skip
+    add_kernel_options(p)
     p.add_argument("--no-web", action="store_true", help="serve only the API, no web chat")
     p.set_defaults(func=cmd_serve)
     return parser

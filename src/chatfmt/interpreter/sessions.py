@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ChatFmtError
@@ -139,6 +140,15 @@ class InterpreterSessions:
                 cancelled = True
         if cancelled:
             raise asyncio.CancelledError
+
+    async def directory(self, conversation_id: str, *, create: bool) -> Path | None:
+        """The working directory of the conversation's interpreter (started first when
+        ``create``), or ``None`` when it has none (or the interpreter keeps no files)."""
+        session = self._sessions.get(conversation_id)
+        if session is None and create:
+            session = await self._get(conversation_id)
+        work_dir = getattr(session.interpreter.inner, "work_dir", None) if session else None
+        return Path(work_dir) if work_dir is not None else None
 
     async def _get(self, conversation_id: str) -> _Session:
         self._ensure_sweeper()

@@ -21,8 +21,9 @@ _ERRORS: dict[int, str] = {
     400: "A malformed request, or one the model's format or context cannot take",
     401: "A missing or wrong API key",
     403: "A request from another web site",
-    404: "No such model or route",
-    415: "A body that is not declared application/json",
+    404: "No such model, route or file",
+    413: "A body over the size limit",
+    415: "A body of the wrong content type (application/json; files: application/octet-stream)",
     502: "The engine failed",
     503: "The engine cannot be reached",
 }

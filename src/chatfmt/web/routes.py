@@ -42,6 +42,7 @@ from ..server.http import (
 )
 from ..server.openapi import error_responses, event_stream_ok, json_body, publish_models
 from ..server.sse import event_stream, sse_event, sse_response
+from .file_routes import mount_files
 from .modes import INTERPRETER_TOOL, Modes
 from .page_events import agent_events, error_event
 from .schemas import AgentRequest, CountRequest, CountResponse, InfoResponse
@@ -101,6 +102,8 @@ def mount_web(
     max_sessions: int = 8,
     api_key: str | None = None,
     allowed_hosts: Iterable[str] | None = LOOPBACK_HOSTS,
+    sandbox: str | None = None,
+    max_upload_bytes: int = 8 * 1024 * 1024,
 ) -> None:
     """Serve the web chat on ``app``: ``/``, ``/static/``, ``/api/info``, ``/api/count``,
     ``/api/agent``.
@@ -113,7 +116,9 @@ def mount_web(
     ``allowed_hosts`` are the host names the ``/api`` POSTs may be addressed to (by default
     loopback only, which stops DNS-rebinding pages from driving the model and the interpreter);
     give the names the server is reached by, or ``None`` for any (then protect it with
-    ``api_key``).
+    ``api_key``). ``sandbox`` is the one-line description of the interpreter's confinement
+    the page shows; ``max_upload_bytes`` bounds a file uploaded into a conversation's
+    working directory (``/api/files/...``).
     """
     check_api_key(api_key)
     hosts = (
@@ -164,8 +169,17 @@ def mount_web(
             interpreter=sessions is not None,
             interpreter_tool=INTERPRETER_TOOL,
             modes=modes.available(),
+            sandbox=sandbox if sessions is not None else None,
+            max_upload_bytes=max_upload_bytes if sessions is not None else 0,
         )
         return json_response(body)
+
+    def check_files(request: Request) -> None:
+        require_bearer(request, api_key)
+        require_same_origin(request, hosts)
+
+    if sessions is not None:
+        mount_files(app, sessions, check=check_files, max_upload_bytes=max_upload_bytes)
 
     @app.post(
         "/api/count",

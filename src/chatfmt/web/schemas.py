@@ -51,3 +51,27 @@ class InfoResponse(_Strict):
     interpreter: bool
     interpreter_tool: dict[str, Any]
     modes: list[Mode]
+    #: What protection the interpreter's code runs under, in one line (``None``: no interpreter).
+    sandbox: str | None = None
+    #: The largest file the interpreter accepts as an upload, in bytes.
+    max_upload_bytes: int = 0
+
+
+class UploadResponse(_Strict):
+    """A file saved into the conversation's working directory (``POST /api/files/...``)."""
+
+    name: str
+    path: str
+    size: int
+
+
+class FileEntry(_Strict):
+    name: str
+    size: int
+
+
+class FileList(_Strict):
+    """The files in the conversation's working directory (``GET /api/files/{id}``)."""
+
+    directory: str | None
+    files: list[FileEntry]

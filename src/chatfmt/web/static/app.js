@@ -19,6 +19,7 @@
 import { authHeaders, errorText, onUnauthorized } from "./api.js";
 import { cutAfterLastUser, lastUserIndex } from "./conversation.js";
 import { el } from "./dom.js";
+import { createFiles } from "./files.js";
 import { escapeHtml, renderMarkdown } from "./markdown.js";
 import { refreshCount } from "./meter.js";
 import { runAgent } from "./run.js";
@@ -82,6 +83,13 @@ function renderAll() {
   updateButtons();
 }
 
+const files = createFiles({
+  list: $("file-list"),
+  status: setStatus,
+  conversation: () => state.id,
+  maxBytes: () => info.max_upload_bytes || 0,
+});
+
 // ==== Talking to the server ====
 
 function askForKey() {
@@ -116,6 +124,7 @@ async function startRun() {
   setStatus(error ? "Failed." : stopped ? "Stopped." : "");
   updateButtons();
   refreshCount(state);
+  if (state.mode === "interpreter") files.refresh();
 }
 
 // ==== Controls ====
@@ -130,11 +139,12 @@ function updateButtons() {
 function send() {
   const text = prompt.value;
   if (controller || !text.trim()) return;
-  state.messages.push({ role: "user", content: text });
+  const content = state.mode === "interpreter" ? files.withUploads(text) : text;
+  state.messages.push({ role: "user", content });
   prompt.value = "";
   save();
   $("empty").hidden = true;
-  log.append(userBlock(text));
+  log.append(userBlock(content));
   scrollDown(true);
   startRun();
 }
@@ -156,6 +166,7 @@ function newChat() {
   state = { ...emptyState(id), ...keep };
   save();
   pruneStored(id);
+  files.clear();
   renderAll();
   setStatus("New chat.");
   refreshCount(state);
@@ -171,6 +182,9 @@ function applyMode() {
     radio.parentElement.title = radio.disabled ? "Not available on this server" : "";
   }
   $("tool-list").hidden = state.mode !== "tools" || !info.tools.length;
+  $("files").hidden = state.mode !== "interpreter";
+  $("sandbox").textContent = info.sandbox ? "Code runs in: " + info.sandbox : "";
+  if (state.mode === "interpreter") files.refresh();
 }
 
 async function loadInfo() {
@@ -229,6 +243,22 @@ for (const radio of document.querySelectorAll('input[name="mode"]')) {
     scheduleCount();
   });
 }
+$("file-input").addEventListener("change", async (e) => {
+  await files.uploadAll(Array.from(e.target.files));
+  e.target.value = "";
+});
+main.addEventListener("dragover", (e) => {
+  if (state.mode !== "interpreter") return;
+  e.preventDefault();
+  main.classList.add("dropping");
+});
+main.addEventListener("dragleave", () => main.classList.remove("dropping"));
+main.addEventListener("drop", (e) => {
+  main.classList.remove("dropping");
+  if (state.mode !== "interpreter") return;
+  e.preventDefault();
+  files.uploadAll(Array.from(e.dataTransfer.files));
+});
 const system = $("system");
 system.value = state.system;
 if (state.system) system.closest("details").open = true;
