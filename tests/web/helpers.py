@@ -4,6 +4,8 @@ need not run in a fixed order, and a live server built on it."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import socket
 import threading
 import time
@@ -42,6 +44,19 @@ PLOT_ANSWER = "Here is the plot of the squares.<|im_end|>"
 SLOW_REPLY = " ".join(f"word{i}" for i in range(400)) + "<|im_end|>"
 
 
+def rows_call(path: str) -> str:
+    """The interpreter call that counts a CSV's rows and writes a summary file beside it."""
+    code = (
+        f"import pandas as pd\ndf = pd.read_csv({path!r})\nprint('rows:', len(df))\n"
+        "df.describe().to_csv('summary.csv')"
+    )
+    return (
+        '<tool_call>\n{"name": "interpreter", "arguments": {"code": '
+        + json.dumps(code)
+        + "}}\n</tool_call><|im_end|>"
+    )
+
+
 def scripted(tokenizer: Tokenizer) -> Callable[[list[int]], str]:
     """Reply by keyword of the last user message; after a tool result, give the answer."""
 
@@ -49,8 +64,12 @@ def scripted(tokenizer: Tokenizer) -> Callable[[list[int]], str]:
         text = tokenizer.decode(prompt)
         tail = text.rsplit("<|im_start|>user\n", 1)[-1]
         if tail.startswith("<tool_response>"):
+            if rows := re.search(r"rows: (\d+)", tail):
+                return f"The file has {rows.group(1)} rows.<|im_end|>"
             return PLOT_ANSWER if "plotted" in tail or "[Image]" in tail else WEATHER_ANSWER
         lowered = tail.lower()
+        if "rows" in lowered and (upload := re.search(r"Uploaded file: (\S+)", tail)):
+            return rows_call(upload.group(1))
         if "weather" in lowered:
             return WEATHER_CALL
         if "plot" in lowered:

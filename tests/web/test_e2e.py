@@ -95,8 +95,13 @@ def tok() -> Tokenizer:
 
 @pytest.fixture(scope="module")
 def server(tok: Tokenizer) -> Iterator[tuple[str, FakeEngine]]:
-    factory, _ = _interpreter_factory()
-    app, engine = build_app(tok, delay=0.02, interpreter_factory=factory)
+    factory, kind = _interpreter_factory()
+    sandbox = None
+    if kind == "jupyter":
+        from chatfmt.interpreter.sandbox import detect
+
+        sandbox = detect("auto").describe()  # what `chatfmt serve` shows
+    app, engine = build_app(tok, delay=0.02, interpreter_factory=factory, sandbox=sandbox)
     with live_server(app) as url:
         yield url, engine
 
@@ -201,6 +206,32 @@ def test_tool_call_is_shown_with_its_result(page: Page) -> None:
     expect(call.locator(".args")).to_contain_text('"city": "Paris"')
     expect(call.locator(".output")).to_contain_text("demo data, not a real weather reading")
     shot(page, "tools-desktop.png")
+
+
+def test_interpreter_upload_row_count_and_download(page: Page, tmp_path: Path) -> None:
+    if _interpreter_factory()[1] != "jupyter":
+        pytest.skip("jupyter_client / ipykernel are not installed")
+    page.get_by_label("Code interpreter").check()
+    files = page.locator("#files")
+    expect(files).to_be_visible()
+    expect(page.locator("#sandbox")).to_contain_text("Code runs in: sandbox")
+    csv = tmp_path / "data.csv"
+    csv.write_text("x,y\n" + "".join(f"{i},{i * i}\n" for i in range(37)))
+    page.locator("#file-input").set_input_files(str(csv))
+    expect(page.locator("#status")).to_contain_text("Uploaded data.csv")
+    expect(page.locator("#file-list")).to_contain_text("data.csv")
+    send(page, "How many rows does it have?")
+    wait_idle(page)
+    expect(page.locator(".msg.user").last).to_contain_text("Uploaded file: /")
+    expect(page.locator(".msg.assistant .content").last).to_have_text("The file has 37 rows.")
+    # The file the code wrote is listed and downloads with its content.
+    entry = page.locator("#file-list button", has_text="summary.csv")
+    expect(entry).to_be_visible()
+    with page.expect_download() as download:
+        entry.click()
+    saved = Path(download.value.path())
+    assert saved.read_text().startswith(",x,y\ncount,37.0,37.0")
+    shot(page, "interpreter-files.png")
 
 
 def test_interpreter_plot_appears_and_survives_reload(page: Page) -> None:

@@ -7,6 +7,8 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..errors import InterpreterError
@@ -63,3 +65,23 @@ def announce(kwargs: dict[str, Any]) -> None:
     line = kwargs["sandbox"].describe()
     warn = "" if kwargs["sandbox"].isolate else "WARNING: "
     print(f"chatfmt: code interpreter: {warn}{line}", file=sys.stderr, flush=True)
+
+
+def give_files(interpreter: Any, paths: Sequence[str], system: str | None) -> str | None:
+    """Copy ``paths`` into the interpreter's working directory (``--file``) and return the
+    system prompt that tells the model where they are."""
+    from ..web.files import FileError, check_name
+
+    saved = []
+    for path in paths:
+        source = Path(path)
+        try:
+            check_name(source.name)
+            data = source.read_bytes()
+        except (OSError, FileError) as exc:
+            raise InterpreterError(f"--file {path}: {exc}") from None
+        saved.append(str(interpreter.upload(source.name, data)))
+    if not saved:
+        return system
+    note = "Files for the code interpreter: " + ", ".join(saved)
+    return f"{system}\n\n{note}" if system else note

@@ -215,25 +215,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise _UsageError("--file gives the code interpreter a file: use it with --interpreter")
     if args.interpreter:
         from ..interpreter import JupyterInterpreter
-        from ..web.files import FileError, check_name
-        from .kernel import announce, kernel_kwargs
+        from .kernel import announce, give_files, kernel_kwargs
 
         kwargs = kernel_kwargs(args)
         announce(kwargs)
         with JupyterInterpreter(**kwargs) as interpreter:
-            uploaded = []
-            for path in args.file or ():
-                source = Path(path)
-                try:
-                    data = source.read_bytes()
-                    check_name(source.name)
-                except (OSError, FileError) as exc:
-                    raise _UsageError(f"--file {path}: {exc}") from None
-                uploaded.append(str(interpreter.upload(source.name, data)))
-            system = args.system
-            if uploaded:
-                note = "Files for the code interpreter: " + ", ".join(uploaded)
-                system = f"{system}\n\n{note}" if system else note
+            system = give_files(interpreter, args.file or (), args.system)
             run_chat(engine, dialect, tools=tools, interpreter=interpreter, system=system)
     else:
         run_chat(engine, dialect, tools=tools, system=args.system)

@@ -74,11 +74,17 @@ class Sandbox:
     network: bool = False
     #: Why isolation is off when it was asked for with ``auto`` (shown by :meth:`describe`).
     missing: str | None = None
+    #: Whether this host let :func:`detect` make a memory and a pids cgroup (``None``: not
+    #: probed); what :meth:`describe` says when not told about a running kernel.
+    cgroups: tuple[bool, bool] | None = None
 
     def describe(
         self, *, memory_cgroup: bool | None = None, tasks_cgroup: bool | None = None
     ) -> str:
-        """One line: what protection is in force (``None``: not known before a kernel starts)."""
+        """One line: what protection is in force (``None``: as probed, or not known)."""
+        if self.cgroups is not None:
+            memory_cgroup = self.cgroups[0] if memory_cgroup is None else memory_cgroup
+            tasks_cgroup = self.cgroups[1] if tasks_cgroup is None else tasks_cgroup
         lim = self.limits
         parts = []
         if lim.memory_mb is not None:
@@ -254,8 +260,9 @@ def detect(
     only, saying why), ``bwrap`` requires isolation (raises :class:`InterpreterError` naming the
     fix), ``off`` turns isolation off."""
     lim = limits or Limits()
+    probed = _probe_cgroups(lim)
     if mode == "off":
-        return Sandbox(isolate=False, limits=lim, missing="turned off")
+        return Sandbox(isolate=False, limits=lim, missing="turned off", cgroups=probed)
     if mode not in ("auto", "bwrap"):
         raise InterpreterError(f"unknown sandbox mode {mode!r}; use auto, bwrap or off")
     if sys.platform != "linux":
@@ -263,13 +270,24 @@ def detect(
     else:
         problem = bwrap_problem()
     if problem is None:
-        return Sandbox(isolate=True, limits=lim, network=network)
+        return Sandbox(isolate=True, limits=lim, network=network, cgroups=probed)
     if mode == "bwrap":
         raise InterpreterError(
             f"the code interpreter's sandbox is not available: {problem}; fix that, or run "
             "with --sandbox off to run model-written code without isolation"
         )
-    return Sandbox(isolate=False, limits=lim, missing=problem)
+    return Sandbox(isolate=False, limits=lim, missing=problem, cgroups=probed)
+
+
+def _probe_cgroups(limits: Limits) -> tuple[bool, bool]:
+    """Whether this process can make the memory and pids cgroups of a kernel (made, then
+    removed at once)."""
+    from .cgroup import KernelCgroups
+
+    memory = limits.memory_mb * 1024 * 1024 if limits.memory_mb is not None else None
+    groups = KernelCgroups.create(memory_bytes=memory, tasks=limits.processes)
+    groups.remove()
+    return groups.limits_memory, groups.limits_tasks
 
 
 def with_limits(sandbox: Sandbox, **changes: int | None) -> Sandbox:
