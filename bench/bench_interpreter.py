@@ -1,4 +1,5 @@
-"""Benchmark the code interpreter: kernel cold start vs warm-pool acquire, and run latency.
+"""Benchmark the code interpreter: kernel cold start vs warm-pool acquire, and run latency,
+with the sandbox on (bubblewrap namespaces, cgroups) and off, in the same run.
 
 Usage: python bench/bench_interpreter.py [--starts 8] [--runs 300] [--output PATH]
 
@@ -20,6 +21,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from chatfmt.interpreter import JupyterInterpreter, KernelPool
+from chatfmt.interpreter.sandbox import Sandbox, bwrap_problem, detect
 from chatfmt.tools import ToolRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,10 +43,10 @@ def timed(fn: Callable[[], object], n: int) -> list[float]:
     return out
 
 
-def bench_cold_start(n: int) -> tuple[list[float], list[float]]:
+def bench_cold_start(n: int, box: Sandbox) -> tuple[list[float], list[float]]:
     starts, closes = [], []
     for _ in range(n):
-        interp = JupyterInterpreter()
+        interp = JupyterInterpreter(sandbox=box)
         t0 = time.perf_counter()
         interp.start()
         t1 = time.perf_counter()
@@ -54,9 +56,9 @@ def bench_cold_start(n: int) -> tuple[list[float], list[float]]:
     return starts, closes
 
 
-def bench_pool_acquire(n: int) -> list[float]:
+def bench_pool_acquire(n: int, box: Sandbox) -> list[float]:
     samples = []
-    with KernelPool(size=2) as pool:
+    with KernelPool(size=2, sandbox=box) as pool:
         for _ in range(n):
             pool.wait_ready(timeout=120)  # steady state: a spare kernel is waiting
             t0 = time.perf_counter()
@@ -66,13 +68,15 @@ def bench_pool_acquire(n: int) -> list[float]:
     return samples
 
 
-def bench_exec(runs: int) -> dict[str, list[float]]:
-    with JupyterInterpreter() as interp:
+def bench_exec(runs: int, box: Sandbox, tag: str) -> dict[str, list[float]]:
+    with JupyterInterpreter(sandbox=box) as interp:
         interp.execute("1 + 1")  # warm-up
         return {
-            "run `1 + 1`": timed(lambda: interp.execute("1 + 1"), runs),
-            "run `print('x')`": timed(lambda: interp.execute("print('x')"), runs),
-            "run `1/0` (traceback)": timed(lambda: interp.execute("1/0"), max(10, runs // 5)),
+            f"run `1 + 1` {tag}": timed(lambda: interp.execute("1 + 1"), runs),
+            f"run `print('x')` {tag}": timed(lambda: interp.execute("print('x')"), runs),
+            f"run `1/0` (traceback) {tag}": timed(
+                lambda: interp.execute("1/0"), max(10, runs // 5)
+            ),
         }
 
 
@@ -115,17 +119,23 @@ def main() -> None:
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks_interpreter.md"))
     args = parser.parse_args()
 
-    cold, close = bench_cold_start(args.starts)
-    warm = bench_pool_acquire(args.starts)
-    rows: list[tuple[str, int, list[float]]] = [
-        ("kernel cold start (start + ready + set-up)", args.starts, cold),
-        ("warm pool `acquire()` (size=2)", args.starts, warm),
-        ("kernel `close()` (kill + reap)", args.starts, close),
-    ]
-    rows += [(name, len(s), s) for name, s in bench_exec(args.runs).items()]
+    if bwrap_problem() is not None:
+        sys.exit(f"the sandbox is not available here: {bwrap_problem()}")
+    boxes = [("(sandbox on)", detect("bwrap")), ("(sandbox off)", detect("off"))]
+    rows: list[tuple[str, int, list[float]]] = []
+    medians: dict[str, tuple[float, float]] = {}
+    for tag, box in boxes:
+        cold, close = bench_cold_start(args.starts, box)
+        warm = bench_pool_acquire(args.starts, box)
+        rows += [
+            (f"kernel cold start {tag}", args.starts, cold),
+            (f"warm pool `acquire()` (size=2) {tag}", args.starts, warm),
+            (f"kernel `close()` (kill + reap) {tag}", args.starts, close),
+        ]
+        rows += [(name, len(s), s) for name, s in bench_exec(args.runs, box, tag).items()]
+        medians[tag] = (summary(cold)[0], summary(warm)[0])
     rows += [(name, len(s), s) for name, s in bench_tools(args.runs * 3).items()]
 
-    cold_med, warm_med = summary(cold)[0], summary(warm)[0]
     lines = [
         "| measurement | n | median | p90 |",
         "|---|---:|---:|---:|",
@@ -134,7 +144,12 @@ def main() -> None:
         med, p90 = summary(samples)
         lines.append(f"| {name} | {n} | {fmt(med)} | {fmt(p90)} |")
     table = "\n".join(lines)
-    ratio = f"Warm-pool acquire is {cold_med / warm_med:,.0f}× faster than a cold start."
+    (cold_on, warm_on), (cold_off, warm_off) = medians["(sandbox on)"], medians["(sandbox off)"]
+    ratio = (
+        f"With the sandbox on, warm-pool acquire is {cold_on / warm_on:,.0f}× faster than a cold "
+        f"start; the sandbox costs {cold_on / cold_off:.2f}× the cold start and "
+        f"{warm_on / warm_off:.2f}× the warm acquire of an unsandboxed kernel (same run)."
+    )
     machine = (
         f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, jupyter_client {version('jupyter_client')}, "
@@ -151,8 +166,9 @@ def main() -> None:
             f"{time.strftime('%Y-%m-%d', time.gmtime())}).\n\n"
             f"Machine: {machine}.\n\n"
             f"{table}\n\n{ratio}\n\n"
-            "Cold start includes launching `python -m ipykernel_launcher`, waiting for the "
-            "kernel to answer, and the silent set-up cell (working directory, memory limit). "
+            "Cold start includes making the kernel's cgroups, the launcher (limits), "
+            "bubblewrap's namespaces and mounts (sandbox on), launching `python -m "
+            "ipykernel_launcher`, waiting for the kernel to answer, and the silent set-up cell. "
             "A pool hands out an already started kernel and starts its replacement in the "
             "background, so a new session pays only the hand-over. A trivial run is one "
             "`execute_request` over IPC sockets plus waiting for the kernel to go idle.\n"

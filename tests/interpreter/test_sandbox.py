@@ -251,3 +251,14 @@ def test_the_environment_holds_no_server_secrets(
         assert (
             k.execute("import os\nos.getuid(), os.environ['HOME']").text == "(1000, '/tmp/home')\n"
         )
+
+
+def test_a_python_under_tmp_stays_visible(box: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox's private /tmp is mounted before the binds, so a venv under /tmp (a fresh
+    clone there, say) is not hidden by it."""
+    from chatfmt.interpreter import sandbox as sb
+
+    monkeypatch.setattr(sb, "_python_roots", lambda python: ("/tmp/some-venv",))
+    argv = box._bwrap(Path("/tmp/work"), Path("/tmp/run"), "python")
+    tmpfs = argv.index("/tmp", argv.index("--tmpfs", argv.index("/dev/shm")))
+    assert argv.index("/tmp/some-venv") > tmpfs and argv.index("/tmp/work") > tmpfs

@@ -169,6 +169,10 @@ class Sandbox:
         ]  # fmt: skip
         if self.network:
             args.append("--share-net")
+        # The private /tmp first: a bind under /tmp made before it (a venv or a working
+        # directory there) would be hidden by it.
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
+        args += ["--dir", _INNER_HOME]
         for path in _SYSTEM:
             if os.path.islink(path):
                 args += ["--symlink", os.readlink(path), path]
@@ -178,8 +182,6 @@ class Sandbox:
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         for root in _python_roots(python):
             args += ["--ro-bind", root, root]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
-        args += ["--dir", _INNER_HOME]
         args += ["--bind", str(runtime), str(runtime), "--bind", str(work_dir), str(work_dir)]
         # The sandbox's own root (where /etc's few files are mounted) is read-only too.
         args += ["--remount-ro", "/", "--chdir", str(work_dir), "--setenv", "HOME", _INNER_HOME]
@@ -232,8 +234,12 @@ def _python_roots(python: str) -> tuple[str, ...]:
         roots = set(out.split("\n")) - {""}
     real = {os.path.realpath(r) for r in roots} | roots
     # A root inside another is already bound; the system directories are bound apart.
-    keep = sorted(r for r in real if not r.startswith(_SYSTEM) and os.path.isdir(r))
-    return tuple(r for r in keep if not any(r != o and r.startswith(o + "/") for o in keep))
+    keep = sorted(r for r in real if not _under(r, _SYSTEM) and os.path.isdir(r))
+    return tuple(r for r in keep if not _under(r, [o for o in keep if o != r]))
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
 @functools.cache
