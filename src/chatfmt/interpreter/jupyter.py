@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,6 +96,24 @@ def _manager_class() -> Any:
             )
 
     return _Manager
+
+
+def close_thread_loop() -> None:
+    """Close the event loop that jupyter_client's ``run_sync`` left in this worker thread
+    (else it is collected at exit, after its selector, with an error on stderr)."""
+    with warnings.catch_warnings(), contextlib.suppress(Exception):
+        warnings.simplefilter("ignore", DeprecationWarning)
+        loop = asyncio.get_event_loop()
+        if not loop.is_running():
+            loop.close()
+        asyncio.set_event_loop(None)
+
+
+def _in_launcher(launch: Any) -> None:
+    try:
+        launch()
+    finally:
+        close_thread_loop()
 
 
 @functools.cache
@@ -316,7 +335,7 @@ class JupyterInterpreter(Resource):
                     stdout=subprocess.DEVNULL,
                     stderr=log,
                 )
-                _launcher().submit(launch).result()
+                _launcher().submit(_in_launcher, launch).result()
             self._pid = getattr(km.provisioner, "pid", None)
             self._pgid = getattr(km.provisioner, "pgid", None)
             self._process = getattr(km.provisioner, "process", None)

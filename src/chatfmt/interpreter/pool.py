@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import threading
 import time
-import warnings
 import weakref
 from typing import Any
 
 from ..errors import InterpreterError
-from .jupyter import JupyterInterpreter
+from .jupyter import JupyterInterpreter, close_thread_loop
 from .lifetime import Resource
 from .sandbox import Sandbox, detect
-
-
-def _close_thread_loop() -> None:
-    """Close the event loop that jupyter_client's ``run_sync`` left in this worker thread."""
-    with warnings.catch_warnings(), contextlib.suppress(Exception):
-        warnings.simplefilter("ignore", DeprecationWarning)
-        loop = asyncio.get_event_loop()
-        if not loop.is_running():
-            loop.close()
-        asyncio.set_event_loop(None)
 
 
 class KernelPool(Resource):
@@ -84,7 +72,7 @@ class KernelPool(Resource):
         try:
             self._fill_one()
         finally:
-            _close_thread_loop()
+            close_thread_loop()
 
     def _fill_one(self) -> None:
         interp = JupyterInterpreter(**self._kwargs)
