@@ -262,3 +262,19 @@ def test_a_python_under_tmp_stays_visible(box: Sandbox, monkeypatch: pytest.Monk
     argv = box._bwrap(Path("/tmp/work"), Path("/tmp/run"), "python")
     tmpfs = argv.index("/tmp", argv.index("--tmpfs", argv.index("/dev/shm")))
     assert argv.index("/tmp/some-venv") > tmpfs and argv.index("/tmp/work") > tmpfs
+
+
+def test_groups_left_by_a_killed_server_are_swept() -> None:
+    from chatfmt.interpreter.cgroup import KernelCgroups
+
+    probe = KernelCgroups.create(memory_bytes=2**30, tasks=64)
+    probe.remove()
+    if not probe.groups:
+        pytest.skip("this host lets no cgroup be made")
+    dead = 2**22 + 7  # above any pid_max: no such process
+    stale = [path.parent / f"chatfmt-kernel-{dead}-0" for path, _ in probe.groups.values()]
+    for path in stale:
+        path.mkdir()
+    fresh = KernelCgroups.create(memory_bytes=2**30, tasks=64)
+    fresh.remove()
+    assert not any(p.exists() for p in stale)

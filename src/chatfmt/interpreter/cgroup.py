@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import time
 from pathlib import Path
 
 _COUNTER = itertools.count()
+_OURS = re.compile(r"chatfmt-kernel-(\d+)-\d+")
 _PROC = Path("/proc/self")
 
 
@@ -125,6 +127,22 @@ class KernelCgroups:
         return f"KernelCgroups({ {c: str(p) for c, (p, _) in self.groups.items()} })"
 
 
+def _sweep(parent: Path) -> None:
+    """Remove groups left by chatfmt processes that are gone (killed before they could clean
+    up); a group that still holds processes cannot be removed and stays."""
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            found = _OURS.fullmatch(entry.name)
+            if found is None or int(found.group(1)) == os.getpid():
+                continue
+            try:
+                os.kill(int(found.group(1)), 0)
+            except ProcessLookupError:
+                _rmdir(entry)
+            except OSError:
+                pass  # alive, another user's
+
+
 def _make_v2(parent: Path, name: str, controller: str) -> Path | None:
     try:
         available = (parent / "cgroup.controllers").read_text().split()
@@ -142,6 +160,7 @@ def _make_v2(parent: Path, name: str, controller: str) -> Path | None:
 
 
 def _make_v1(parent: Path, name: str) -> Path | None:
+    _sweep(parent)
     path = parent / name
     try:
         path.mkdir(exist_ok=True)
