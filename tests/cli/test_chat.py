@@ -81,3 +81,30 @@ def test_model_text_cannot_inject_markup_or_escapes(qwen) -> None:  # type: igno
     shown = out.getvalue()
     assert "[/b] [link=file:///etc/passwd]x[/link]" in shown
     assert "\x1b" not in shown and "done" in shown
+
+
+def test_interpreter_figures_are_saved_and_their_path_shown(qwen, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    pytest.importorskip("ipykernel", reason="needs the jupyter extra")
+    from chatfmt.interpreter import JupyterInterpreter
+
+    code = "import matplotlib.pyplot as plt\\nplt.plot([0, 1, 2], [0, 1, 4])\\nplt.show()"
+    script = [
+        '<tool_call>\n{"name": "interpreter", "arguments": {"code": "' + code + '"}}\n'
+        "</tool_call><|im_end|>",
+        "Here is the plot.<|im_end|>",
+    ]
+    lines = iter(["plot it", "/exit"])
+    out = io.StringIO()
+    with JupyterInterpreter(tmp_path / "work") as interpreter:
+        run_chat(
+            FakeEngine(qwen, script),
+            chatfmt.get_dialect("qwen2.5"),
+            interpreter=interpreter,
+            console=Console(file=out, width=200, color_system=None),
+            read_line=lambda _prompt: next(lines),
+        )
+        figure = interpreter.work_dir / "figure-1.png"
+        assert figure.read_bytes().startswith(b"\x89PNG")
+    assert f"[figure saved: {figure}]" in out.getvalue()

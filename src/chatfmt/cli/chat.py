@@ -8,8 +8,11 @@ tools is shown as plain text: no rich markup and no terminal control sequences g
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .._imports import require
@@ -36,10 +39,14 @@ def _printable(text: str) -> str:
 
 
 class _View:
-    """Prints agent events to a rich console, every untrusted string as plain text."""
+    """Prints agent events to a rich console, every untrusted string as plain text. A terminal
+    cannot show an interpreter's figure, so each is saved as a PNG in ``image_dir`` (the
+    interpreter's working directory) and its path is printed."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Any, image_dir: Path | None = None) -> None:
         self.con = console
+        self.image_dir = image_dir
+        self.saved = 0
         self.Text = require("rich.text", extra="cli").Text
         self.Panel = require("rich.panel", extra="cli").Panel
         self.Syntax = require("rich.syntax", extra="cli").Syntax
@@ -69,7 +76,27 @@ class _View:
                     self.plain(item.observation), title="result", border_style=style, expand=False
                 )
             )
+            for image in item.images:
+                self.save_image(image)
             self.prompt()
+
+    def save_image(self, image: Any) -> None:
+        data = _png_bytes(image)
+        if data is None or self.image_dir is None:
+            return
+        self.saved += 1
+        path = self.image_dir / f"figure-{self.saved}.png"
+        path.write_bytes(data)
+        self.con.print(self.plain(f"[figure saved: {path}]", style="cyan"))
+
+
+def _png_bytes(image: Any) -> bytes | None:
+    if isinstance(image, bytes | bytearray | memoryview):
+        return bytes(image)
+    if isinstance(image, str):  # base64, perhaps as a data URL
+        with contextlib.suppress(ValueError):
+            return base64.b64decode(image.split(",", 1)[-1], validate=True)
+    return None
 
 
 def run_chat(
@@ -85,7 +112,8 @@ def run_chat(
 ) -> list[Message]:
     """Chat until ``/exit`` or end of input; returns the conversation. Closes the engine."""
     con = console or require("rich.console", extra="cli").Console()
-    view = _View(con)
+    work_dir = getattr(interpreter, "work_dir", None)
+    view = _View(con, Path(work_dir) if work_dir is not None else None)
     ask = read_line or (lambda prompt: str(con.input(prompt)))
     agent = Agent(
         engine,
