@@ -29,7 +29,29 @@ from .base import StreamParser, finish_reason_for, single_message_result
 _TEXT, _OPEN, _ELEM, _JSON, _SEP, _AFTER, _SKIP = range(7)
 
 
-class ToolCallsParser(StreamParser):
+class _Streams:
+    """Output shared by both parsers: text, and the safe part of an open call's arguments."""
+
+    _content: list[str]
+    _events: list[Event]
+    _call: tuple[int, str, str] | None  # index, id, name of the open call
+    _scan: CallScanner | None
+    _args: list[str]
+
+    def _out(self, text: str) -> None:
+        if text:
+            self._content.append(text)
+            self._events.append(TextDelta(text))
+
+    def _flush_args(self) -> None:
+        if self._call is not None and self._scan is not None:
+            text = self._scan.take_safe()
+            if text:
+                self._args.append(text)
+                self._events.append(ToolCallDelta(self._call[0], text))
+
+
+class ToolCallsParser(_Streams, StreamParser):
     """One assistant turn: text, then ``calls_control`` and a JSON array of call objects.
 
     Output that does not parse degrades to text with a warning; a call already started when its
@@ -125,18 +147,6 @@ class ToolCallsParser(StreamParser):
 
     # ==== Output ====
 
-    def _out(self, text: str) -> None:
-        if text:
-            self._content.append(text)
-            self._events.append(TextDelta(text))
-
-    def _flush_args(self) -> None:
-        if self._call is not None and self._scan is not None:
-            text = self._scan.take_safe()
-            if text:
-                self._args.append(text)
-                self._events.append(ToolCallDelta(self._call[0], text))
-
     def _end_call(self) -> None:
         call, scan = self._call, self._scan
         assert call is not None and scan is not None
@@ -195,7 +205,7 @@ class ToolCallsParser(StreamParser):
 _NAME_MODE, _ID_MODE, _ARGS_MODE, _DONE_MODE = range(10, 14)
 
 
-class NamedCallsParser(StreamParser):
+class NamedCallsParser(_Streams, StreamParser):
     """Mistral v11's calls, one control-delimited call after another:
     ``text [TOOL_CALLS]name[CALL_ID]id[ARGS]{…}`` (``[CALL_ID]`` and the id optional, as models
     write calls without them). Text streams as it comes; a call starts when its name is whole
@@ -329,18 +339,6 @@ class NamedCallsParser(StreamParser):
         return self._new_id()
 
     # ==== Output ====
-
-    def _out(self, text: str) -> None:
-        if text:
-            self._content.append(text)
-            self._events.append(TextDelta(text))
-
-    def _flush_args(self) -> None:
-        if self._call is not None and self._scan is not None:
-            text = self._scan.take_safe()
-            if text:
-                self._args.append(text)
-                self._events.append(ToolCallDelta(self._call[0], text))
 
     def _end_call(self) -> None:
         assert self._call is not None
