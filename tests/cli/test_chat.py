@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from rich.console import Console
 
@@ -105,6 +106,8 @@ def test_interpreter_figures_are_saved_and_their_path_shown(qwen, tmp_path) -> N
             console=Console(file=out, width=200, color_system=None),
             read_line=lambda _prompt: next(lines),
         )
-        figure = interpreter.work_dir / "figure-1.png"
+        shown = out.getvalue()
+        figure = Path(shown.split("[figure saved: ", 1)[1].split("]", 1)[0])
         assert figure.read_bytes().startswith(b"\x89PNG")
-    assert f"[figure saved: {figure}]" in out.getvalue()
+        # Saved outside the sandbox's working directory (where code could plant a link).
+        assert not figure.is_relative_to(interpreter.work_dir)

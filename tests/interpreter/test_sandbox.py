@@ -7,7 +7,9 @@ Run alone: ``.venv/bin/python -m pytest tests/interpreter/test_sandbox.py``.
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -278,3 +280,72 @@ def test_groups_left_by_a_killed_server_are_swept() -> None:
     fresh = KernelCgroups.create(memory_bytes=2**30, tasks=64)
     fresh.remove()
     assert not any(p.exists() for p in stale)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to act as another user"
+)
+def test_a_setuid_file_the_code_makes_is_out_of_other_users_reach(
+    kernel: JupyterInterpreter,
+) -> None:
+    """The sandbox's user is the server's on the host, so the code can leave a setuid copy of
+    a program in its directory; no other user may reach that directory."""
+    code = (
+        "import shutil, os, sys\nshutil.copy(sys.executable, 'py')\n"
+        "os.chmod('py', 0o6755)\nos.chmod('.', 0o755)"
+    )
+    assert kernel.execute(code).ok
+    planted = kernel.work_dir / "py"
+    assert planted.stat().st_mode & 0o4000  # it is there, setuid...
+    probe = subprocess.run(
+        ["stat", str(planted)], capture_output=True, user=65534, group=65534, timeout=30
+    )
+    assert probe.returncode != 0 and b"Permission denied" in probe.stderr  # ...and unreachable
+
+
+def test_output_flooded_between_runs_does_not_fill_the_servers_memory(
+    kernel: JupyterInterpreter,
+) -> None:
+    before = psutil.Process().memory_info().rss
+    flood = (
+        "import sys, threading, time\n"
+        "def flood():\n"
+        "    time.sleep(0.5)\n"
+        "    for _ in range(20):\n"
+        "        sys.stdout.write('x' * 20_000_000); sys.stdout.flush()\n"
+        "threading.Thread(target=flood, daemon=True).start()"
+    )
+    assert kernel.execute(flood).ok
+    time.sleep(8)  # the flood arrives while no run collects it
+    grown = psutil.Process().memory_info().rss - before
+    assert grown < 200 * 1024**2, f"the server grew by {grown // 2**20} MB"
+
+
+def test_images_are_capped_per_run(kernel: JupyterInterpreter) -> None:
+    code = (
+        "from IPython.display import display\n"
+        "png = b'\\x89PNG\\r\\n\\x1a\\n' + b'x' * 1000\n"
+        "for _ in range(30): display({'image/png': png}, raw=True)\n"
+        "display({'image/png': b'not a png'}, raw=True)"
+    )
+    res = kernel.execute(code)
+    assert len(res.images) == 16 and "dropped 15 images" in res.text
+
+
+def test_private_tmp_is_sized_and_nested_namespaces_are_refused(kernel: JupyterInterpreter) -> None:
+    res = kernel.execute(
+        "import os\ns = os.statvfs('/tmp')\nprint(s.f_blocks * s.f_frsize // 2**20)"
+    )
+    assert int(res.text) <= 1024  # the memory limit, not half the host's memory
+    res = kernel.execute(
+        "import subprocess\nprint(subprocess.run(['unshare', '-Ur', 'true']).returncode)"
+    )
+    assert res.text.strip() != "0"
+
+
+def test_a_planted_launcher_does_not_survive_a_restart(kernel: JupyterInterpreter) -> None:
+    plant = "open('ipykernel_launcher.py', 'w').write('IMPLANT = 1\\nraise SystemExit(3)')"
+    assert kernel.execute(plant).ok
+    died = kernel.execute("import os\nos._exit(1)")
+    assert died.ename == "KernelDied" and died.restarted and "restart failed" not in died.error
+    assert kernel.execute("print('clean')").text == "clean\n"

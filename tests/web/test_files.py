@@ -169,3 +169,17 @@ async def test_a_link_the_code_plants_is_not_served(app: Any, tmp_path: Path) ->
         assert r.status_code == 404 and b"host secret" not in r.content
 
     await _with(app, run)
+
+
+async def test_odd_paths_get_clear_answers(app: Any) -> None:
+    async def run(c: httpx.AsyncClient) -> None:
+        octet = {"Content-Type": "application/octet-stream"}
+        sessions = app.state.chatfmt_web_sessions
+        async with sessions.use(CID) as interp:
+            assert interp.execute("import os\nos.mkdir('taken')").error is None
+        r = await c.post(f"/api/files/{CID}/taken", content=b"x", headers=octet)
+        assert r.status_code == 409 and "cannot save 'taken'" in r.json()["error"]["message"]
+        r = await c.get(f"/api/files/{CID}/a%00b")
+        assert r.status_code == 404
+
+    await _with(app, run)

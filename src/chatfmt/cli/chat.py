@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,10 @@ def _printable(text: str) -> str:
 
 class _View:
     """Prints agent events to a rich console, every untrusted string as plain text. A terminal
-    cannot show an interpreter's figure, so each is saved as a PNG in ``image_dir`` (the
-    interpreter's working directory) and its path is printed."""
+    cannot show an interpreter's figure, so each is saved as a PNG in ``image_dir`` and its
+    path is printed. That directory is this process's own (never the sandbox's working
+    directory, where the code could plant a link under the next figure's name), and files are
+    created new (``O_EXCL | O_NOFOLLOW``)."""
 
     def __init__(self, console: Any, image_dir: Path | None = None) -> None:
         self.con = console
@@ -82,12 +86,22 @@ class _View:
 
     def save_image(self, image: Any) -> None:
         data = _png_bytes(image)
-        if data is None or self.image_dir is None:
+        if data is None or not data.startswith(_PNG) or self.image_dir is None:
             return
         self.saved += 1
         path = self.image_dir / f"figure-{self.saved}.png"
-        path.write_bytes(data)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as exc:
+            self.con.print(self.plain(f"[figure not saved: {exc}]", style="red"))
+            return
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         self.con.print(self.plain(f"[figure saved: {path}]", style="cyan"))
+
+
+_PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _png_bytes(image: Any) -> bytes | None:
@@ -112,8 +126,8 @@ def run_chat(
 ) -> list[Message]:
     """Chat until ``/exit`` or end of input; returns the conversation. Closes the engine."""
     con = console or require("rich.console", extra="cli").Console()
-    work_dir = getattr(interpreter, "work_dir", None)
-    view = _View(con, Path(work_dir) if work_dir is not None else None)
+    figures = Path(tempfile.mkdtemp(prefix="chatfmt-figures-")) if interpreter else None
+    view = _View(con, figures)
     ask = read_line or (lambda prompt: str(con.input(prompt)))
     agent = Agent(
         engine,

@@ -26,7 +26,6 @@ that was met) and the model is told.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import os
@@ -38,16 +37,24 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from .._imports import require
 from ..errors import InterpreterError
 from .cgroup import KernelCgroups
 from .lifetime import Resource
+from .process import (
+    in_launcher,
+    kill_kernel,
+    launcher,
+    manager_class,
+    private_root,
+    reap_kernel,
+    remove_group,
+    zmq_context,
+)
 from .results import ExecutionResult, _Collector
 from .sandbox import Sandbox, detect, with_limits
 
@@ -69,95 +76,6 @@ _ENV_KEEP = frozenset(
         "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
     }
 )  # fmt: skip
-
-
-@functools.cache
-def _manager_class() -> Any:
-    """A KernelManager whose kernel spec is built here rather than looked up by name.
-
-    Why: chatfmt must not depend on which kernelspecs a machine has installed, and needs its
-    own command line (history off). Built lazily so jupyter_client loads only when used.
-    """
-    manager = require("jupyter_client.manager", extra="jupyter")
-    kernelspec = require("jupyter_client.kernelspec", extra="jupyter")
-
-    class _Manager(manager.KernelManager):  # type: ignore[misc, name-defined]
-        chatfmt_argv: ClassVar[list[str]] = []  # set per instance before start
-
-        @property
-        def kernel_spec(self) -> Any:
-            return kernelspec.KernelSpec(
-                argv=list(self.chatfmt_argv),
-                display_name="chatfmt",
-                language="python",
-                # Through the control channel: a signal to the sandbox's process group would
-                # reach bubblewrap, not the kernel inside its PID namespace.
-                interrupt_mode="message",
-            )
-
-    return _Manager
-
-
-def close_thread_loop() -> None:
-    """Close the event loop that jupyter_client's ``run_sync`` left in this worker thread
-    (else it is collected at exit, after its selector, with an error on stderr)."""
-    with warnings.catch_warnings(), contextlib.suppress(Exception):
-        warnings.simplefilter("ignore", DeprecationWarning)
-        loop = asyncio.get_event_loop()
-        if not loop.is_running():
-            loop.close()
-        asyncio.set_event_loop(None)
-
-
-def _in_launcher(launch: Any) -> None:
-    try:
-        launch()
-    finally:
-        close_thread_loop()
-
-
-@functools.cache
-def _launcher() -> concurrent.futures.ThreadPoolExecutor:
-    """The one long-lived thread that starts every kernel. The sandbox ends with the thread
-    that started it (Linux's parent-death signal follows the thread, not the process), so
-    kernels started from short-lived threads (the pool's) would die with those."""
-    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chatfmt-kernel-start")
-
-
-def _kill(pid: int, pgid: int | None, process: Any) -> None:
-    """SIGKILL the kernel and its process group (everything the code spawned), then reap it.
-
-    The group is killed even when its leader is already gone: children of a crashed kernel
-    stay in the group. jupyter_client starts kernels in a new session, so the group is theirs.
-    """
-    # Only a group the kernel leads, never ours (a kernel not started in its own session).
-    if pgid is not None and pgid == pid and pgid != os.getpgrp():
-        with contextlib.suppress(OSError):
-            os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-    if process is not None:
-        with contextlib.suppress(Exception):
-            process.wait(timeout=5)
-
-
-def _reap(pid: int, pgid: int | None, process: Any, runtime: Path, client: Any, group: Any) -> None:
-    """The last resort for a forgotten interpreter: kill its kernel and remove its files.
-
-    Run by ``weakref.finalize`` when an interpreter that was not closed is garbage collected
-    or at interpreter exit. It must not refer to the interpreter, hence a plain function.
-    """
-    with contextlib.suppress(Exception):
-        client.stop_channels()
-    _kill(pid, pgid, process)
-    shutil.rmtree(runtime, ignore_errors=True)
-    _remove_group(group)
-
-
-def _remove_group(group: KernelCgroups | None) -> None:
-    """Delete a kernel's cgroups (they wait for its processes to be gone after the kill)."""
-    if group is not None:
-        group.remove()
 
 
 class JupyterInterpreter(Resource):
@@ -201,7 +119,7 @@ class JupyterInterpreter(Resource):
         self.inherit_env = inherit_env
         self._owns_work_dir = work_dir is None
         self._work_dir = Path(
-            tempfile.mkdtemp(prefix="chatfmt-data-") if work_dir is None else work_dir
+            tempfile.mkdtemp(prefix="data-", dir=private_root()) if work_dir is None else work_dir
         ).resolve()
         # An owned temporary work_dir goes when the interpreter is closed, collected or at exit.
         self._work_dir_cleanup: weakref.finalize[Any, Any] | None = (
@@ -291,17 +209,21 @@ class JupyterInterpreter(Resource):
             env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith("LC_")}
         env.setdefault("MPLBACKEND", _MPL_INLINE)
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # silences a debugpy warning at start-up
+        # The working directory is not put first on the path at start (Python 3.11+): a module
+        # the code planted there (say ipykernel_launcher.py) must not take over its restarts.
+        env["PYTHONSAFEPATH"] = "1"
         env.update(self.env)
         return env
 
     def _start_kernel(self) -> None:
         self._work_dir.mkdir(parents=True, exist_ok=True)
-        runtime = Path(tempfile.mkdtemp(prefix="chatfmt-kernel-"))
-        manager_class = _manager_class()
-        km = manager_class(
+        runtime = Path(tempfile.mkdtemp(prefix="kernel-", dir=private_root()))
+        km_class = manager_class()
+        km = km_class(
             transport="ipc",
             ip=str(runtime / "ipc"),
             connection_file=str(runtime / "kernel.json"),
+            context=zmq_context(),
         )
         kernel = [
             self.python,
@@ -335,16 +257,16 @@ class JupyterInterpreter(Resource):
                     stdout=subprocess.DEVNULL,
                     stderr=log,
                 )
-                _launcher().submit(_in_launcher, launch).result()
+                launcher().submit(in_launcher, launch).result()
             self._pid = getattr(km.provisioner, "pid", None)
             self._pgid = getattr(km.provisioner, "pgid", None)
             self._process = getattr(km.provisioner, "process", None)
-            kc = km.client()
+            kc = km.client(context=zmq_context())
             kc.start_channels()
             self._kc = kc
             if self._pid is not None:
                 self._finalizer = weakref.finalize(
-                    self, _reap, self._pid, self._pgid, self._process, runtime, kc, group
+                    self, reap_kernel, self._pid, self._pgid, self._process, runtime, kc, group
                 )
             kc.wait_for_ready(timeout=self.startup_timeout)
             self._setup()
@@ -411,13 +333,13 @@ class JupyterInterpreter(Resource):
             # shutdown of a kernel busy in C code waits out shutdown_wait_time, and
             # jupyter_client polls for the exit only every 0.1 s. The kernel leads its own
             # process group, so whatever the code spawned goes too.
-            _kill(pid, pgid, process)
+            kill_kernel(pid, pgid, process)
         if km is not None:
             with contextlib.suppress(Exception):
                 km.shutdown_kernel(now=True)  # now a formality that cleans up its files
         if runtime is not None:
             shutil.rmtree(runtime, ignore_errors=True)
-        _remove_group(group)
+        remove_group(group)
 
     # -- files --------------------------------------------------------------------------------
 
@@ -474,10 +396,17 @@ class JupyterInterpreter(Resource):
         """
         limit = self.timeout if timeout is None else timeout
         with self._lock:
-            self.start()
+            try:
+                self.start()
+            except InterpreterError as exc:
+                if self._closed:
+                    raise
+                return ExecutionResult(max_output_chars=self.max_output_chars).with_error(
+                    f"KernelUnavailable: {exc}", ename="KernelUnavailable"
+                )
             if not self.is_alive():
                 error, note = self._died_note(before=True)
-                self.restart()
+                error += self._restart_quietly()
                 return ExecutionResult(
                     error=error,
                     ename="KernelDied",
@@ -509,6 +438,15 @@ class JupyterInterpreter(Resource):
             return
         with self._control_lock, contextlib.suppress(Exception):
             kc.control_channel.send(kc.session.msg("interrupt_request", content={}))
+
+    def _restart_quietly(self) -> str:
+        """Restart the kernel; if that fails, say so (for the result) instead of raising: the
+        next run tries to start one again."""
+        try:
+            self.restart()
+        except InterpreterError as exc:
+            return f" The restart failed ({exc}); the next run tries again."
+        return ""
 
     def _noted(self, result: ExecutionResult) -> ExecutionResult:
         """Add the one-line note for a limit the error shows: the network, a file's size."""
@@ -580,7 +518,7 @@ class JupyterInterpreter(Resource):
                 self.interrupt()
                 interrupted_at = now
             if interrupted_at is not None and now - interrupted_at > self.interrupt_grace:
-                self.restart()
+                failed = self._restart_quietly()
                 return out.result(
                     self.max_output_chars,
                     timed_out=True,
@@ -588,7 +526,7 @@ class JupyterInterpreter(Resource):
                 ).with_error(
                     f"TimeoutError: the code ran longer than {limit:g} s and did not stop when "
                     "interrupted, so the kernel was restarted: variables, imports and "
-                    "definitions are lost."
+                    "definitions are lost." + failed
                 )
             wait = 0.2 if interrupted_at is None else 0.1
             try:
@@ -596,7 +534,7 @@ class JupyterInterpreter(Resource):
             except queue.Empty:
                 if not self.is_alive():
                     error, note = self._died_note(before=False)
-                    self.restart()
+                    error += self._restart_quietly()
                     result = out.result(self.max_output_chars, restarted=True)
                     result.note = note
                     return result.with_error(error, ename="KernelDied")

@@ -10,8 +10,9 @@ import weakref
 from typing import Any
 
 from ..errors import InterpreterError
-from .jupyter import JupyterInterpreter, close_thread_loop
+from .jupyter import JupyterInterpreter
 from .lifetime import Resource
+from .process import close_thread_loop
 from .sandbox import Sandbox, detect
 
 

@@ -7,7 +7,6 @@ it into the text the model reads back. ``_Collector`` builds one from kernel mes
 from __future__ import annotations
 
 import base64
-import contextlib
 import enum
 import re
 from collections.abc import Mapping
@@ -20,6 +19,11 @@ from ..tools.truncate import truncate
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 # Output kept per run before the budget cut; stops a runaway print loop from eating memory.
 _CAPTURE_LIMIT = 1_000_000
+# Images kept per run (count, bytes): a figure is tens of kB; code flooding PNGs must not fill
+# the server's memory (nor the page's).
+_MAX_IMAGES = 16
+_MAX_IMAGE_BYTES = 16 * 1024 * 1024
+_PNG = b"\x89PNG\r\n\x1a\n"
 
 
 class _Default(enum.Enum):
@@ -98,6 +102,7 @@ class _Collector:
         self.size = 0
         self.dropped = 0
         self.images: list[bytes] = []
+        self.dropped_images = 0
         self.error: str | None = None
         self.ename: str | None = None
         self.evalue: str | None = None
@@ -118,6 +123,26 @@ class _Collector:
         self.size += min(room, len(text))
         self.dropped += max(0, len(text) - room)
 
+    def add_image(self, png: str | bytes) -> None:
+        """Keep a PNG (base64 or bytes) within the per-run caps; anything else is dropped."""
+        data = b""
+        if isinstance(png, bytes):
+            data = png
+        elif len(png) <= _MAX_IMAGE_BYTES * 4 // 3 + 4:
+            try:
+                data = base64.b64decode(png)
+            except ValueError:
+                data = b""
+        kept = sum(map(len, self.images))
+        if (
+            data.startswith(_PNG)
+            and len(self.images) < _MAX_IMAGES
+            and kept + len(data) <= _MAX_IMAGE_BYTES
+        ):
+            self.images.append(data)
+        else:
+            self.dropped_images += 1
+
     def handle(self, msg: Mapping[str, Any]) -> None:
         kind = msg.get("msg_type") or msg.get("header", {}).get("msg_type")
         content: Mapping[str, Any] = msg.get("content", {})
@@ -126,11 +151,8 @@ class _Collector:
         elif kind in ("execute_result", "display_data", "update_display_data"):
             data: Mapping[str, Any] = content.get("data", {})
             png = data.get("image/png")
-            if isinstance(png, str):
-                with contextlib.suppress(ValueError):
-                    self.images.append(base64.b64decode(png))
-            elif isinstance(png, bytes):
-                self.images.append(png)
+            if isinstance(png, str | bytes):
+                self.add_image(png)
             elif "text/plain" in data:
                 self.add_text(str(data["text/plain"]), own_line=True)
         elif kind == "error":
@@ -148,6 +170,11 @@ class _Collector:
         text = "".join(self.parts)
         if self.dropped:
             text += f"\n…[dropped {self.dropped} more characters of output]\n"
+        if self.dropped_images:
+            text += (
+                f"\n…[dropped {self.dropped_images} images: not PNG, or past {_MAX_IMAGES} "
+                f"images or {_MAX_IMAGE_BYTES // 2**20} MB in one run]\n"
+            )
         return ExecutionResult(
             text=text,
             images=self.images,

@@ -90,7 +90,7 @@ class Sandbox:
         if lim.memory_mb is not None:
             how = "real usage where the host allows a cgroup"
             if memory_cgroup is not None:
-                how = "real usage" if memory_cgroup else "address space only"
+                how = "real usage" if memory_cgroup else "address space per process only"
             parts.append(f"memory {lim.memory_mb} MB ({how})")
         if lim.cpu_seconds is not None:
             parts.append(f"CPU {lim.cpu_seconds} s")
@@ -167,11 +167,23 @@ class Sandbox:
             _bwrap_path(), "--unshare-all", "--unshare-user", "--uid", str(_UID),
             "--gid", str(_UID), "--die-with-parent", "--cap-drop", "ALL",
         ]  # fmt: skip
+        if _bwrap_has("--disable-userns"):  # no nested user namespaces (kernel attack surface)
+            args.append("--disable-userns")
         if self.network:
             args.append("--share-net")
         # The private /tmp first: a bind under /tmp made before it (a venv or a working
-        # directory there) would be hidden by it.
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
+        # directory there) would be hidden by it. Both tmpfs are sized: without a memory cgroup
+        # nothing else would bound them (a tmpfs defaults to half the host's memory).
+        mb = 1024 * 1024
+        tmp_size = (self.limits.memory_mb or 1024) * mb
+        sized = _bwrap_has("--size")
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += [
+            *(["--size", str(max(tmp_size // 4, 64 * mb))] if sized else []),
+            "--tmpfs",
+            "/dev/shm",
+        ]
+        args += [*(["--size", str(tmp_size)] if sized else []), "--tmpfs", "/tmp"]
         args += ["--dir", _INNER_HOME]
         for path in _SYSTEM:
             if os.path.islink(path):
@@ -240,6 +252,18 @@ def _python_roots(python: str) -> tuple[str, ...]:
 
 def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+@functools.cache
+def _bwrap_has(flag: str) -> bool:
+    """Whether this bubblewrap knows ``flag`` (``--size``, ``--disable-userns``: 0.7+, 0.8+)."""
+    probe = [_bwrap_path(), "--unshare-all", "--unshare-user", "--ro-bind", "/", "/"]
+    probe += ["--size", "1048576", "--tmpfs", "/tmp"] if flag == "--size" else [flag]
+    try:
+        done = subprocess.run([*probe, "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 @functools.cache

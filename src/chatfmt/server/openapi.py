@@ -22,6 +22,7 @@ _ERRORS: dict[int, str] = {
     401: "A missing or wrong API key",
     403: "A request from another web site",
     404: "No such model, route or file",
+    409: "A file that cannot be written where it is asked for",
     413: "A body over the size limit",
     415: "A body of the wrong content type (application/json; files: application/octet-stream)",
     502: "The engine failed",

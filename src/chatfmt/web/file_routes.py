@@ -42,7 +42,7 @@ def mount_files(
     @app.post(
         "/api/files/{cid}/{name}",
         response_model=None,
-        responses={200: {"model": UploadResponse}, **error_responses(400, 401, 403, 413, 415)},
+        responses={200: {"model": UploadResponse}, **error_responses(400, 401, 403, 409, 413, 415)},
     )
     async def upload(request: Request, cid: str, name: str) -> Response:
         check(request)
@@ -66,7 +66,10 @@ def mount_files(
         root = await sessions.directory(cid, create=True)
         if root is None:
             raise ApiError(400, "this interpreter keeps no files")
-        path = await asyncio.to_thread(save_upload, root, name, data)
+        try:
+            path = await asyncio.to_thread(save_upload, root, name, data)
+        except FileError as exc:
+            raise ApiError(exc.status, str(exc), param="name") from None
         return json_response(UploadResponse(name=name, path=str(path), size=len(data)))
 
     @app.get(

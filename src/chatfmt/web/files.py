@@ -26,8 +26,10 @@ from ..errors import ChatFmtError
 
 #: A plain file name: no separators, no leading dot, no control characters, at most 255 bytes.
 _NAME = re.compile(r"[^/\\\x00-\x1f\x7f.][^/\\\x00-\x1f\x7f]{0,254}")
-#: Most entries listed (the code may write thousands of files).
+#: Most entries listed (the code may write thousands of files), entries looked at, and depth.
 MAX_LISTED = 200
+_MAX_VISITED = 5000
+_MAX_DEPTH = 16
 _CHUNK = 64 * 1024
 
 
@@ -57,6 +59,10 @@ def save_upload(root: Path, name: str, data: bytes) -> Path:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, root / name)  # rename replaces a link named `name`, not its target
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise FileError(f"cannot save {name!r}: {exc.strerror or exc}", 409) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -77,7 +83,7 @@ def _open_inside(root: Path, rel: str) -> int:
             os.close(fd)
             fd = nxt
         leaf = os.open(parts[-1], flags | getattr(os, "O_NONBLOCK", 0), dir_fd=fd)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         raise FileError(f"no file {rel!r} here", 404) from None
     finally:
         os.close(fd)
@@ -109,20 +115,39 @@ def open_download(root: Path, rel: str) -> tuple[Iterator[bytes], int, dict[str,
 
 def list_files(root: Path) -> list[dict[str, Any]]:
     """Regular files under ``root`` (relative names, sizes), links and hidden entries left out,
-    at most :data:`MAX_LISTED`, by name."""
+    at most :data:`MAX_LISTED`, by name. Directories are opened from their parent's descriptor
+    with ``O_NOFOLLOW``, so one swapped for a link while this runs is not entered."""
     out: list[dict[str, Any]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if name.startswith("."):
-                continue
-            path = Path(dirpath, name)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        top = os.open(root, flags)
+    except OSError:
+        return out
+    stack: list[tuple[int, str]] = [(top, "")]
+    visited = 0
+    try:
+        while stack and len(out) < MAX_LISTED and visited < _MAX_VISITED:
+            fd, prefix = stack.pop()
             try:
-                info = path.lstat()
+                # scandir works on its own copy of the descriptor; `fd` stays open to open
+                # the subdirectories relative to it.
+                with os.scandir(fd) as entries:
+                    found = sorted((e.name, e) for e in entries if not e.name.startswith("."))
+                for name, entry in found:
+                    visited += 1
+                    if entry.is_file(follow_symlinks=False):
+                        size = entry.stat(follow_symlinks=False).st_size
+                        out.append({"name": prefix + name, "size": size})
+                    elif entry.is_dir(follow_symlinks=False) and prefix.count("/") < _MAX_DEPTH:
+                        with contextlib.suppress(OSError):
+                            stack.append((os.open(name, flags, dir_fd=fd), f"{prefix}{name}/"))
+                    if len(out) >= MAX_LISTED or visited >= _MAX_VISITED:
+                        break
             except OSError:
-                continue
-            if stat.S_ISREG(info.st_mode):
-                out.append({"name": str(path.relative_to(root)), "size": info.st_size})
-            if len(out) >= MAX_LISTED:
-                return out
-    return out
+                pass
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+    return sorted(out, key=lambda f: f["name"])

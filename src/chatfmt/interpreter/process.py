@@ -1,0 +1,138 @@
+"""A kernel's process: how it is started (one long-lived thread, a private directory, its
+message sockets) and how it is killed and cleaned up. Used by :mod:`.jupyter`."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .._imports import require
+from .cgroup import KernelCgroups
+
+
+@functools.cache
+def manager_class() -> Any:
+    """A KernelManager whose kernel spec is built here rather than looked up by name.
+
+    Why: chatfmt must not depend on which kernelspecs a machine has installed, and needs its
+    own command line (history off). Built lazily so jupyter_client loads only when used.
+    """
+    manager = require("jupyter_client.manager", extra="jupyter")
+    kernelspec = require("jupyter_client.kernelspec", extra="jupyter")
+
+    class _Manager(manager.KernelManager):  # type: ignore[misc, name-defined]
+        chatfmt_argv: ClassVar[list[str]] = []  # set per instance before start
+
+        @property
+        def kernel_spec(self) -> Any:
+            return kernelspec.KernelSpec(
+                argv=list(self.chatfmt_argv),
+                display_name="chatfmt",
+                language="python",
+                # Through the control channel: a signal to the sandbox's process group would
+                # reach bubblewrap, not the kernel inside its PID namespace.
+                interrupt_mode="message",
+            )
+
+    return _Manager
+
+
+#: What this process buffers of a kernel's messages: at most this many per socket (more are
+#: dropped by ZeroMQ), none larger than this (its sender is disconnected, then reconnects).
+#: Without it, code printing in a background thread between runs fills the server's memory.
+_RCVHWM = 32
+_MAXMSGSIZE = 16 * 1024 * 1024
+
+
+@functools.cache
+def zmq_context() -> Any:
+    zmq = require("zmq", extra="jupyter")
+    context = zmq.Context()
+    context.setsockopt(zmq.RCVHWM, _RCVHWM)
+    context.setsockopt(zmq.MAXMSGSIZE, _MAXMSGSIZE)
+    return context
+
+
+@functools.cache
+def private_root() -> Path:
+    """This process's directory for kernels' working and runtime directories: mode 0700, and
+    never visible inside a sandbox. Files the code writes there are the server user's (the
+    sandbox's user maps to it) and the code may set their mode, setuid bits included; inside
+    this directory no other user of the host can reach them."""
+    root = Path(tempfile.mkdtemp(prefix="chatfmt-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+def close_thread_loop() -> None:
+    """Close the event loop that jupyter_client's ``run_sync`` left in this worker thread
+    (else it is collected at exit, after its selector, with an error on stderr)."""
+    with warnings.catch_warnings(), contextlib.suppress(Exception):
+        warnings.simplefilter("ignore", DeprecationWarning)
+        loop = asyncio.get_event_loop()
+        if not loop.is_running():
+            loop.close()
+        asyncio.set_event_loop(None)
+
+
+def in_launcher(launch: Any) -> None:
+    try:
+        launch()
+    finally:
+        close_thread_loop()
+
+
+@functools.cache
+def launcher() -> concurrent.futures.ThreadPoolExecutor:
+    """The one long-lived thread that starts every kernel. The sandbox ends with the thread
+    that started it (Linux's parent-death signal follows the thread, not the process), so
+    kernels started from short-lived threads (the pool's) would die with those."""
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chatfmt-kernel-start")
+
+
+def kill_kernel(pid: int, pgid: int | None, process: Any) -> None:
+    """SIGKILL the kernel and its process group (everything the code spawned), then reap it.
+
+    The group is killed even when its leader is already gone: children of a crashed kernel
+    stay in the group. jupyter_client starts kernels in a new session, so the group is theirs.
+    """
+    # Only a group the kernel leads, never ours (a kernel not started in its own session).
+    if pgid is not None and pgid == pid and pgid != os.getpgrp():
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    if process is not None:
+        with contextlib.suppress(Exception):
+            process.wait(timeout=5)
+
+
+def reap_kernel(
+    pid: int, pgid: int | None, process: Any, runtime: Path, client: Any, group: Any
+) -> None:
+    """The last resort for a forgotten interpreter: kill its kernel and remove its files.
+
+    Run by ``weakref.finalize`` when an interpreter that was not closed is garbage collected
+    or at interpreter exit. It must not refer to the interpreter, hence a plain function.
+    """
+    with contextlib.suppress(Exception):
+        client.stop_channels()
+    kill_kernel(pid, pgid, process)
+    shutil.rmtree(runtime, ignore_errors=True)
+    remove_group(group)
+
+
+def remove_group(group: KernelCgroups | None) -> None:
+    """Delete a kernel's cgroups (they wait for its processes to be gone after the kill)."""
+    if group is not None:
+        group.remove()
