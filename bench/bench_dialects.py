@@ -4,7 +4,8 @@ conversation (the reference renders to the same ids, which this checks first).
     python bench/bench_dialects.py [--turns 100] [--repeat 10] [--write]
 
 References: Meta's ``llama-models`` (``ChatFormat.encode_dialog_prompt``) for ``llama3``,
-``mistral-common`` (``MistralTokenizer.encode_chat_completion``) for ``mistral-v3``, llama.cpp
+``mistral-common`` (``MistralTokenizer.encode_chat_completion``) for ``mistral-v3`` and
+``mistral-v11``, llama.cpp
 (its built-in ``gemma`` template and tokenizer) for ``gemma3``, and ``openai-harmony``
 (``render_conversation_for_completion``) for ``harmony``. Stream parsing is chatfmt's
 ``TurnDecoder`` fed one id at a time; the references' whole-output parsers
