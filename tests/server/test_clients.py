@@ -1,7 +1,9 @@
 """Client libraries against ``chatfmt serve`` on the default model (embedded llama-server
 engine): each gets a valid, typed result through constrained decoding — the openai SDK's
-``chat.completions.parse``, LangChain's ``with_structured_output`` (both methods), and the
-OpenAI Agents SDK with a chat-completions model and a tool."""
+``chat.completions.parse`` and ``responses.parse``, a function call continued with
+``previous_response_id``, LangChain's ``with_structured_output`` (both methods, with and without
+the Responses API), and the OpenAI Agents SDK with a chat-completions model and with its default
+Responses model, each with a tool."""
 
 from __future__ import annotations
 
@@ -38,7 +40,11 @@ def url(default_model_path: Path, llama_server_binary: Path) -> Iterator[str]:
 
     threads = int(os.environ.get("CHATFMT_TEST_THREADS", "1"))
     engine = LlamaServerEngine(default_model_path, parallel=2, n_threads=threads)
-    app = create_app(engine, get_dialect("qwen2.5"), model_name="default")
+    from chatfmt.server.store import ResponseStore
+
+    app = create_app(
+        engine, get_dialect("qwen2.5"), model_name="default", store=ResponseStore(":memory:")
+    )
     with ServerThread(app, startup=engine.connect) as srv:
         yield srv.url + "/v1"
         srv.call(engine.aclose())
@@ -58,8 +64,56 @@ def test_openai_parse_with_a_pydantic_model(url: str) -> None:
     assert city.continent == "Asia" and "Tokyo" in city.name
 
 
-@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
-def test_langchain_structured_output(url: str, method: str) -> None:
+def test_openai_responses_parse_and_a_call_continued(url: str) -> None:
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+    out = client.responses.parse(
+        model="default",
+        input="Tell me about Tokyo.",
+        text_format=City,
+        temperature=0,
+        max_output_tokens=200,
+    )
+    city = out.output_parsed
+    assert isinstance(city, City), out.output_text
+    assert city.continent == "Asia" and "Tokyo" in city.name
+    weather = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The current weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    }
+    first = client.responses.create(
+        model="default",
+        input="What is the weather in Paris?",
+        tools=[weather],
+        tool_choice="required",
+        temperature=0,
+        max_output_tokens=100,
+    )
+    [call] = [i for i in first.output if i.type == "function_call"]
+    assert call.name == "get_weather" and "Paris" in call.arguments
+    second = client.responses.create(
+        model="default",
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "21 C, sunny"}],
+        tools=[weather],
+        tool_choice="none",
+        temperature=0,
+        max_output_tokens=100,
+    )
+    assert second.status == "completed" and second.output_text
+    assert second.usage is not None and second.usage.input_tokens > first.usage.input_tokens  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("method", "responses_api"),
+    [("json_schema", False), ("function_calling", False), ("json_schema", True)],
+)
+def test_langchain_structured_output(url: str, method: str, responses_api: bool) -> None:
     lc = pytest.importorskip("langchain_openai")
     model = lc.ChatOpenAI(
         model="default",
@@ -68,6 +122,7 @@ def test_langchain_structured_output(url: str, method: str) -> None:
         temperature=0,
         max_tokens=200,
         max_retries=0,
+        use_responses_api=responses_api,
     )
     structured = model.with_structured_output(Weather, method=method)
     got = structured.invoke("What's the weather in Paris, in celsius?")
@@ -75,7 +130,8 @@ def test_langchain_structured_output(url: str, method: str) -> None:
     assert "Paris" in got.city and got.unit == "celsius"
 
 
-def test_openai_agents_sdk_with_a_tool(url: str) -> None:
+@pytest.mark.parametrize("responses_api", [False, True])
+def test_openai_agents_sdk_with_a_tool(url: str, responses_api: bool) -> None:
     agents = pytest.importorskip("agents")
     agents.set_tracing_disabled(True)  # traces would go to OpenAI's servers
     calls: list[tuple[int, int]] = []
@@ -86,10 +142,10 @@ def test_openai_agents_sdk_with_a_tool(url: str) -> None:
         calls.append((a, b))
         return a + b
 
-    model = agents.OpenAIChatCompletionsModel(
-        model="default",
-        openai_client=openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0),
-    )
+    client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+    # The SDK's default model speaks the Responses API; the other chat completions.
+    kind = agents.OpenAIResponsesModel if responses_api else agents.OpenAIChatCompletionsModel
+    model = kind(model="default", openai_client=client)
     agent = agents.Agent(
         name="calculator",
         instructions="Use the add tool for arithmetic, then state the result.",

@@ -234,11 +234,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise MissingDependencyError(
             f"the server is not available ({exc}); install it with `pip install 'chatfmt[all]'`"
         ) from None
-    if args.api_key is not None and not args.api_key.strip():
+    keys = list(args.api_key or ())
+    if args.api_key_file is not None:
+        try:
+            lines = Path(args.api_key_file).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            _fail(f"--api-key-file {args.api_key_file}: {exc}")
+        keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    if any(not k.strip() for k in keys):
         _fail("--api-key is empty; give a secret, or leave the option out for no key")
+    if args.api_key_file is not None and not keys:
+        _fail(f"--api-key-file {args.api_key_file} holds no key (one key per line)")
     from ..server.http import check_api_key
 
-    check_api_key(args.api_key)  # before the model loads: a key no client could send
+    api_key = keys or None
+    check_api_key(api_key)  # before the model loads: a key no client could send
     tools = load_tools_file(args.tools) if args.tools else None
     if not 0 < args.max_upload_mb <= args.max_body_mb:
         _fail(f"--max-upload-mb must be positive and at most --max-body-mb ({args.max_body_mb:g})")
@@ -273,7 +283,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             tools=tools if tools is not None else demo_tools(),
             interpreter_factory=factory,
             model_name=model_name(args.model),
-            api_key=args.api_key,
+            api_key=api_key,
             allowed_hosts=trusted_hosts(args.host),
             sandbox=sandbox_line,
             max_upload_bytes=round(args.max_upload_mb * 1024 * 1024),
@@ -284,7 +294,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dialect=args.dialect,
         host=args.host,
         port=args.port,
-        api_key=args.api_key,
+        api_key=api_key,
+        store=None if args.no_store else (args.store or default_store_path()),
+        store_max_age_days=args.store_max_age_days,
         n_threads=args.threads,
         parallel=args.parallel,
         drain_timeout=args.drain_timeout,
@@ -294,6 +306,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         **{**_engine_options(args), "engine": args.engine or "llama-server"},
     )
     return 0
+
+
+def default_store_path() -> str:
+    """Where ``chatfmt serve`` keeps responses unless told: the user's data directory."""
+    import platformdirs
+
+    return str(Path(platformdirs.user_data_dir("chatfmt")) / "responses.sqlite3")
 
 
 def _limits(args: argparse.Namespace) -> Any:
@@ -446,7 +465,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_options(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", help="require this bearer token")
+    p.add_argument("--api-key", action="append",
+                   help="require this bearer token (repeat for several keys; stored responses "
+                   "belong to the key that made them)")  # fmt: skip
+    p.add_argument("--api-key-file", metavar="FILE", help="API keys, one per line")
+    p.add_argument("--store", metavar="PATH",
+                   help="SQLite file keeping Responses API responses (default: in the user's "
+                   "data directory)")  # fmt: skip
+    p.add_argument("--no-store", action="store_true", help="keep no responses")
+    p.add_argument("--store-max-age-days", type=float, default=30.0, metavar="DAYS",
+                   help="delete stored responses older than this (default: 30)")  # fmt: skip
     p.add_argument("--threads", type=int, help="CPU threads for the local model")
     p.add_argument(
         "--parallel",

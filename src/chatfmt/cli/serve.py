@@ -135,7 +135,7 @@ def run_server(
     engine_url: str | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
-    api_key: str | None = None,
+    api_key: str | Sequence[str] | None = None,
     *,
     tokenizer: str | None = None,
     engine_api_key: str | None = None,
@@ -148,6 +148,8 @@ def run_server(
     log_level: str = "warning",
     out: TextIO | None = None,
     configure: Callable[[Any, Engine, Dialect], None] | None = None,
+    store: str | None = None,
+    store_max_age_days: float | None = 30.0,
 ) -> None:
     """Serve ``model`` over HTTP until interrupted; prints the URL once it is accepting.
 
@@ -157,6 +159,8 @@ def run_server(
     ``drain_timeout`` seconds, then cancels what is left and stops the engine. ``limits`` bound
     what one request or client may take (body size, messages, tools, header time, connections).
     ``call_grammar=False`` leaves calls the model may choose to make unconstrained.
+    ``store`` is the SQLite file that keeps Responses API responses (``None``: none are kept);
+    rows older than ``store_max_age_days`` are deleted.
 
     Raises :class:`~chatfmt.errors.ChatFmtError` (or ``MissingDependencyError``) with a
     message naming the fix when the model, engine or extras are missing.
@@ -165,8 +169,10 @@ def run_server(
     require("fastapi", extra="server")
     from ..server import create_app
     from ..server.limits import DEFAULT_LIMITS, uvicorn_options
+    from ..server.store import ResponseStore
 
     limits = limits or DEFAULT_LIMITS
+    kept = ResponseStore(store, max_age_days=store_max_age_days) if store is not None else None
 
     stream = out or sys.stdout
     # A named dialect is checked before the model loads; else the model's vocabulary tells.
@@ -197,6 +203,7 @@ def run_server(
             api_key=api_key,
             limits=limits,
             call_grammar=call_grammar,
+            store=kept,
         )
         if configure is not None:
             configure(app, app.state.service.engine, chosen)  # the engine /metrics counts
@@ -231,6 +238,8 @@ def run_server(
             await task
         finally:
             await eng.aclose()
+            if kept is not None:
+                kept.close()
 
     try:
         asyncio.run(main())

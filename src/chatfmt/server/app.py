@@ -11,13 +11,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..dialects.base import Dialect
 from ..engines.base import Engine
 from .errors import ApiError, validation_error
-from .http import check_api_key, error_response, install_error_handler
+from .http import ApiKeys, check_api_key, error_response, install_error_handler
 from .limits import DEFAULT_LIMITS, BodyLimitMiddleware, ServerLimits
 from .metrics import CountRequests, MeteredEngine, ServerMetrics
 from .openapi import publish_models
+from .responses import ResponsesService, build_responses_router
 from .routes import build_router
 from .schemas import ChatCompletionChunk, ChatCompletionRequest
 from .service import ChatService
+from .store import ResponseStore
 
 log = logging.getLogger("chatfmt.server")
 
@@ -27,16 +29,19 @@ def create_app(
     dialect: Dialect,
     *,
     model_name: str,
-    api_key: str | None = None,
+    api_key: ApiKeys = None,
     limits: ServerLimits = DEFAULT_LIMITS,
     call_grammar: bool = True,
+    store: ResponseStore | None = None,
 ) -> FastAPI:
     """An OpenAI-compatible app serving ``engine`` through ``dialect``.
 
     Everything the app needs lives on it (``app.state.service``, ``app.state.limits``,
     ``app.state.service.metrics`` behind ``GET /metrics``); there
-    are no module globals, so several apps can run in one process. ``api_key`` makes every
-    ``/v1`` route and ``/tokenize`` require ``Authorization: Bearer <api_key>``.
+    are no module globals, so several apps can run in one process. ``api_key`` (one key or
+    several) makes every ``/v1`` route and ``/tokenize`` require ``Authorization: Bearer
+    <key>``; stored responses belong to the key that made them. ``store`` keeps responses for
+    ``previous_response_id`` and ``GET /v1/responses/{id}`` (``None``: none are kept).
 
     ``limits`` bound what one request may send (body size, messages, tools), for routes added
     to the app later too (the web chat); the connection-level ones need the server's help:
@@ -94,5 +99,7 @@ def create_app(
         return error_response(error)
 
     app.include_router(build_router(service, api_key=api_key))
+    app.state.store = store
+    app.include_router(build_responses_router(ResponsesService(service, store), api_key=api_key))
     publish_models(app, ChatCompletionRequest, ChatCompletionChunk, drop_validation_errors=True)
     return app

@@ -10,7 +10,7 @@ import asyncio
 import json
 import math
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import pydantic
@@ -64,31 +64,44 @@ def install_error_handler(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _answer_api_error)
 
 
-def check_api_key(api_key: str | None) -> None:
+#: One API key, several (each its own tenant of stored data), or none.
+ApiKeys = str | Sequence[str] | None
+
+
+def _keys(api_key: ApiKeys) -> tuple[str, ...]:
+    if api_key is None:
+        return ()
+    return (api_key,) if isinstance(api_key, str) else tuple(api_key)
+
+
+def check_api_key(api_key: ApiKeys) -> None:
     """Refuse a key no client could send: HTTP headers carry printable ASCII, and clients trim
     the spaces around a token."""
-    if api_key is None:
-        return
-    if not api_key or any(not "!" <= c <= "~" for c in api_key):
-        raise ChatFmtError(
-            "the API key must be printable ASCII without spaces (a client could not send it in "
-            "an Authorization header); choose another key"
-        )
+    for key in _keys(api_key):
+        if not key or any(not "!" <= c <= "~" for c in key):
+            raise ChatFmtError(
+                "the API key must be printable ASCII without spaces (a client could not send it "
+                "in an Authorization header); choose another key"
+            )
 
 
-def require_bearer(request: Request, api_key: str | None) -> None:
-    """401 unless the request carries ``Authorization: Bearer <api_key>`` (if a key is set)."""
-    if api_key is None:
-        return
+def require_bearer(request: Request, api_key: ApiKeys) -> str | None:
+    """401 unless the request carries ``Authorization: Bearer <key>`` with one of the keys (if
+    any is set); returns the key it carried (``None`` when the server has none)."""
+    keys = _keys(api_key)
+    if not keys:
+        return None
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(
-        token.strip().encode(), api_key.encode()
-    ):
+    sent = token.strip().encode()
+    # Every key is compared (in constant time each), so timing tells nothing about which.
+    matches = [k for k in keys if secrets.compare_digest(sent, k.encode())]
+    if scheme.lower() != "bearer" or not matches:
         raise ApiError(
             401,
             "invalid or missing API key; send the header 'Authorization: Bearer <key>'",
             code="invalid_api_key",
         )
+    return matches[0]
 
 
 def require_json(request: Request) -> None:

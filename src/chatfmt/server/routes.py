@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 
 from ..errors import EngineError
 from .errors import ApiError, engine_api_error
-from .http import json_response, read_json_body, require_bearer
+from .http import ApiKeys, json_response, read_json_body, require_bearer
 from .openapi import error_responses, event_stream_ok, json_body
 from .schemas import (
     ChatCompletion,
@@ -35,7 +35,7 @@ _TOO_LARGE: dict[int | str, dict[str, object]] = {
 }
 
 
-def build_router(service: ChatService, *, api_key: str | None) -> APIRouter:
+def build_router(service: ChatService, *, api_key: ApiKeys) -> APIRouter:
     """The routes of one served model."""
     router = APIRouter()
     created = int(time.time())

@@ -105,7 +105,7 @@ def _longest_token_bytes(tokenizer: Tokenizer) -> int:
     return max((n for i, n in enumerate(sizes) if i not in controls), default=1) or 1
 
 
-class _Turn:
+class Turn:
     """One response's decode: the core pipeline, then the request's call policy."""
 
     def __init__(self, dialect: Dialect, tokenizer: Tokenizer, prep: Prepared) -> None:
@@ -444,12 +444,16 @@ class ChatService:
 
     # ==== Generation ====
 
+    def turn(self, prep: Prepared) -> Turn:
+        """A fresh decode of one reply to ``prep`` (the Responses API drives its own)."""
+        return Turn(self.dialect, self.tokenizer, prep)
+
     def new_id(self) -> str:
         return "chatcmpl-" + secrets.token_hex(12)
 
     async def complete(self, prep: Prepared) -> ChatCompletion:
         """A whole ``chat.completion`` response."""
-        turn = _Turn(self.dialect, self.tokenizer, prep)
+        turn = self.turn(prep)
         turn.prefill(prep.prefill)
         n_completion = 0
         finish: FinishReason = "stop"
@@ -521,7 +525,7 @@ class ChatService:
                 return frame(choices, usage)
             return head + b",".join([to_json(c) for c in choices]) + tail
 
-        turn = _Turn(self.dialect, self.tokenizer, prep)
+        turn = self.turn(prep)
         n_completion = 0
         try:
             yield chunk([ROLE_CHOICE])

@@ -33,6 +33,7 @@ from ..interpreter.sessions import InterpreterSessions
 from ..messages import Conversation, Message, Tool, from_openai
 from ..server.errors import ApiError
 from ..server.http import (
+    ApiKeys,
     check_api_key,
     install_error_handler,
     json_bytes,
@@ -100,7 +101,7 @@ def mount_web(
     max_steps: int = 8,
     idle_timeout: float = 600.0,
     max_sessions: int = 8,
-    api_key: str | None = None,
+    api_key: ApiKeys = None,
     allowed_hosts: Iterable[str] | None = LOOPBACK_HOSTS,
     sandbox: str | None = None,
     max_upload_bytes: int = 8 * 1024 * 1024,

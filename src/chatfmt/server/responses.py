@@ -1,0 +1,344 @@
+"""The Responses API: ``POST /v1/responses`` (whole or streamed), ``GET`` / ``DELETE
+/v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``, over the chat service and the
+response store.
+
+A request is rendered as the chat request it amounts to (:mod:`.responses_input`), generated
+and parsed by the same pipeline as ``/v1/chat/completions``, and answered with output items and
+typed events (:mod:`.responses_output`). With ``store`` (the default, as OpenAI's), the response
+and the conversation after it are kept (:mod:`.store`), so ``previous_response_id`` continues it,
+after a restart too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Request, Response
+from pydantic import ValidationError
+
+from ..errors import EngineError
+from ..events import Finish
+from .errors import ApiError, engine_api_error, validation_error
+from .http import ApiKeys, json_bytes, json_response, read_json_body, require_bearer
+from .openapi import error_responses
+from .responses_input import ResponsesRequest, chat_request, input_items, to_messages
+from .responses_output import OutputBuilder, item_id
+from .service import ChatService, Prepared, Turn
+from .sse import ClientGone, sse_response, until_disconnect
+from .store import ResponseStore, owner_of
+
+log = logging.getLogger("chatfmt.server")
+
+
+def _stored_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Input items as ``input_items`` lists them: each with an id, messages with parts."""
+    out = []
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item.get("content", "")
+            parts = (
+                [{"type": "input_text", "text": content}] if isinstance(content, str) else content
+            )
+            out.append(
+                {
+                    "id": item.get("id") or item_id("msg"),
+                    "type": "message",
+                    "role": item.get("role"),
+                    "status": "completed",
+                    "content": parts,
+                }
+            )
+        elif kind in ("function_call", "function_call_output"):
+            out.append({"id": item.get("id") or item_id("fc"), "status": "completed", **item})
+    return out
+
+
+class ResponsesService:
+    """Responses for one chat service; ``store`` keeps them (``None``: nothing is kept)."""
+
+    def __init__(self, chat: ChatService, store: ResponseStore | None) -> None:
+        self.chat = chat
+        self.store = store
+
+    async def prepare(
+        self, req: ResponsesRequest, owner: str
+    ) -> tuple[Prepared, list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The prepared generation, this request's input items, the conversation before the
+        reply (history and new messages) and the new messages alone."""
+        items = input_items(req)
+        new = to_messages(items)
+        history: list[dict[str, Any]] = []
+        if req.previous_response_id is not None:
+            if self.store is None:
+                raise ApiError(
+                    400,
+                    "previous_response_id needs stored responses, and this server keeps none "
+                    "(it runs with --no-store)",
+                    param="previous_response_id",
+                )
+            stored = await asyncio.to_thread(self.store.get, owner, req.previous_response_id)
+            if stored is None:
+                raise ApiError(
+                    404,
+                    f"previous response {req.previous_response_id!r} not found",
+                    type="invalid_request_error",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
+            history = stored.conversation
+        try:
+            chat = chat_request(req, history, new)
+        except ValidationError as exc:
+            raise validation_error(exc.errors()) from None
+        prep = await self.chat.prepare_async(chat)
+        return prep, items, history + new, new
+
+    def response(
+        self,
+        rid: str,
+        created: float,
+        req: ResponsesRequest,
+        status: str,
+        output: list[dict[str, Any]],
+        usage: dict[str, Any] | None,
+        incomplete: bool = False,
+    ) -> dict[str, Any]:
+        return {
+            "id": rid,
+            "object": "response",
+            "created_at": int(created),
+            "status": status,
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "instructions": req.instructions,
+            "max_output_tokens": req.max_output_tokens,
+            "model": self.chat.model_name,
+            "output": output,
+            "parallel_tool_calls": True
+            if req.parallel_tool_calls is None
+            else req.parallel_tool_calls,
+            "previous_response_id": req.previous_response_id,
+            "reasoning": None,
+            "store": req.store and self.store is not None,
+            "temperature": req.temperature,
+            "text": req.text or {"format": {"type": "text"}},
+            "tool_choice": req.tool_choice or "auto",
+            "tools": req.tools or [],
+            "top_p": req.top_p,
+            "truncation": "disabled",
+            "usage": usage,
+            "metadata": req.metadata or {},
+        }
+
+    async def keep(
+        self,
+        owner: str,
+        response: dict[str, Any],
+        items: list[dict[str, Any]],
+        before: list[dict[str, Any]],
+        turn: Turn,
+    ) -> None:
+        """Store the response with the conversation after it (when asked and possible)."""
+        if self.store is None or not response["store"]:
+            return
+        reply = turn.decoder.result().message.to_openai()
+        kept_calls = [c for c in reply.get("tool_calls") or () if c["id"] in turn.policy.kept_ids]
+        if kept_calls:
+            reply["tool_calls"] = kept_calls
+        else:
+            reply.pop("tool_calls", None)
+            text = "".join(
+                part["text"]
+                for item in response["output"]
+                if item["type"] == "message"
+                for part in item["content"]
+            )
+            reply["content"] = text
+        await asyncio.to_thread(
+            self.store.put, owner, response, _stored_items(items), [*before, reply]
+        )
+
+
+def _usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
+
+
+async def _generate(
+    svc: ResponsesService, prep: Prepared, on_events: Any
+) -> tuple[Turn, int, bool, OutputBuilder]:
+    """Run the generation, handing each step's stream events to ``on_events``."""
+    turn = svc.chat.turn(prep)
+    builder = OutputBuilder()
+    await on_events(builder.feed(turn.prefill(prep.prefill)))
+    n_completion, length = 0, False
+    stream = svc.chat.engine.stream(prep.prompt_ids, prep.params)
+    try:
+        async for chunk in stream:
+            n_completion += len(chunk.token_ids)
+            events = turn.chunk(chunk)
+            length = length or any(isinstance(e, Finish) and e.reason == "length" for e in events)
+            await on_events(builder.feed(events))
+            if turn.done:
+                break
+        if not turn.done:
+            events = turn.finish()
+            await on_events(builder.feed(events))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
+    await on_events(builder.finish())
+    return turn, n_completion, length, builder
+
+
+def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRouter:
+    router = APIRouter()
+
+    @router.post(
+        "/v1/responses",
+        response_model=None,
+        responses=error_responses(400, 401, 404, 415, 502, 503),
+    )
+    async def create(request: Request) -> Response:
+        owner = owner_of(require_bearer(request, api_key))
+        req = await read_json_body(request, ResponsesRequest, svc.chat.limits)
+        prep, items, before, _new = await svc.prepare(req, owner)
+        rid, created = item_id("resp"), time.time()
+        if req.stream:
+            return sse_response(_stream(svc, req, prep, owner, rid, created, items, before))
+
+        async def ignore(_events: list[dict[str, Any]]) -> None:
+            return None
+
+        try:
+            turn, n, length, builder = await until_disconnect(request, _generate(svc, prep, ignore))
+        except EngineError as exc:
+            raise engine_api_error(exc) from None
+        except ClientGone:
+            return Response(status_code=499)
+        status = "incomplete" if length else "completed"
+        usage = _usage(len(prep.prompt_ids), n)
+        body = svc.response(rid, created, req, status, builder.items, usage, incomplete=length)
+        await svc.keep(owner, body, items, before, turn)
+        return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
+
+    async def stored(request: Request, rid: str) -> Any:
+        owner = owner_of(require_bearer(request, api_key))
+        if svc.store is None:
+            raise ApiError(
+                404, "this server keeps no responses (--no-store)", type="not_found_error"
+            )
+        found = await asyncio.to_thread(svc.store.get, owner, rid)
+        if found is None:
+            raise ApiError(
+                404, f"response {rid!r} not found", type="not_found_error", param="response_id"
+            )
+        return found
+
+    @router.get("/v1/responses/{rid}", response_model=None, responses=error_responses(401, 404))
+    async def get(request: Request, rid: str) -> Response:
+        found = await stored(request, rid)
+        return Response(
+            json.dumps(found.response, ensure_ascii=False), media_type="application/json"
+        )
+
+    @router.delete("/v1/responses/{rid}", response_model=None, responses=error_responses(401, 404))
+    async def delete(request: Request, rid: str) -> Response:
+        owner = owner_of(require_bearer(request, api_key))
+        await stored(request, rid)
+        assert svc.store is not None
+        await asyncio.to_thread(svc.store.delete, owner, rid)
+        return json_response({"id": rid, "object": "response.deleted", "deleted": True})
+
+    @router.get(
+        "/v1/responses/{rid}/input_items", response_model=None, responses=error_responses(401, 404)
+    )
+    async def input_items_of(request: Request, rid: str) -> Response:
+        found = await stored(request, rid)
+        data = (
+            list(reversed(found.input_items))
+            if request.query_params.get("order", "desc") == "desc"
+            else found.input_items
+        )
+        page = {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": False,
+        }
+        return Response(json.dumps(page, ensure_ascii=False), media_type="application/json")
+
+    return router
+
+
+async def _stream(
+    svc: ResponsesService,
+    req: ResponsesRequest,
+    prep: Prepared,
+    owner: str,
+    rid: str,
+    created: float,
+    items: list[dict[str, Any]],
+    before: list[dict[str, Any]],
+) -> AsyncIterator[bytes]:
+    """The typed event stream, every event with its ``sequence_number``."""
+    queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
+    sequence = 0
+
+    def frame(event: dict[str, Any]) -> bytes:
+        nonlocal sequence
+        event = {**event, "sequence_number": sequence}
+        sequence += 1
+        return f"event: {event['type']}\ndata: ".encode() + json_bytes(event) + b"\n\n"
+
+    async def push(events: list[dict[str, Any]]) -> None:
+        await queue.put(events)
+
+    started = svc.response(rid, created, req, "in_progress", [], None)
+    yield frame({"type": "response.created", "response": started})
+    yield frame({"type": "response.in_progress", "response": started})
+    task = asyncio.ensure_future(_generate(svc, prep, push))
+    task.add_done_callback(lambda _t: queue.put_nowait(None))
+    try:
+        while (events := await queue.get()) is not None:
+            for event in events:
+                yield frame(event)
+        turn, n, length, builder = task.result()
+    except EngineError as exc:
+        error = engine_api_error(exc)
+        yield frame({"type": "error", "code": error.code, "message": error.message, "param": None})
+        return
+    except Exception:
+        log.exception("responses stream failed")
+        yield frame(
+            {
+                "type": "error",
+                "code": "server_error",
+                "message": "internal error while streaming",
+                "param": None,
+            }
+        )
+        return
+    finally:
+        if not task.done():
+            task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(task, return_exceptions=True)
+    status = "incomplete" if length else "completed"
+    usage = _usage(len(prep.prompt_ids), n)
+    body = svc.response(rid, created, req, status, builder.items, usage, incomplete=length)
+    await svc.keep(owner, body, items, before, turn)
+    yield frame({"type": f"response.{status}", "response": body})

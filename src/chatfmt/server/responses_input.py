@@ -1,0 +1,194 @@
+"""``POST /v1/responses``'s request, and its translation into the chat request chatfmt renders.
+
+The Responses API says the same things as chat completions in other shapes: ``input`` items
+(messages with ``input_text`` parts, ``function_call`` and ``function_call_output`` items)
+instead of messages, flat function tools, ``text.format`` instead of ``response_format``,
+``max_output_tokens``. A request becomes a :class:`~.schemas.ChatCompletionRequest` over the
+stored conversation of ``previous_response_id`` (if any) plus its own input, so rendering,
+constraints and parsing are exactly the chat endpoint's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from .errors import ApiError
+from .schemas import ChatCompletionRequest
+
+
+class ResponsesRequest(BaseModel):
+    """The body of ``POST /v1/responses`` (fields chatfmt does not use are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    input: str | list[Any]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: dict[str, Any] | None = None
+    max_output_tokens: StrictInt | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    store: StrictBool = True
+    previous_response_id: str | None = None
+    include: list[str] | None = None
+    stream: StrictBool = False
+    metadata: dict[str, str] | None = None
+
+
+def _bad(message: str, param: str) -> ApiError:
+    return ApiError(400, message, param=param)
+
+
+def _text_of(content: Any, param: str, *, role: str) -> str:
+    """A message's content as text: a string, or ``input_text`` / ``output_text`` parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _bad("content must be a string or a list of text parts", param)
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and role == "assistant":
+            texts.append(str(part.get("refusal", "")))
+        else:
+            raise _bad(
+                f"content part of type {kind!r} is not supported; send input_text (or "
+                "output_text for assistant messages) parts",
+                f"{param}[{j}]",
+            )
+    return "".join(texts)
+
+
+def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's input as a list of items (a string is one user message)."""
+    if isinstance(req.input, str):
+        return [{"type": "message", "role": "user", "content": req.input}]
+    items = []
+    for i, item in enumerate(req.input):
+        if not isinstance(item, dict):
+            raise _bad("an input item must be an object", f"input[{i}]")
+        items.append(item)
+    return items
+
+
+def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Input items as OpenAI chat messages; an assistant message and the calls that follow it
+    become one message, as chat history has them."""
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        kind = item.get("type", "message" if "role" in item else None)
+        param = f"input[{i}]"
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise _bad(
+                    f"message role {role!r} is not supported; use user, system, developer or "
+                    "assistant",
+                    f"{param}.role",
+                )
+            text = _text_of(item.get("content", ""), f"{param}.content", role=role)
+            out.append({"role": role, "content": text})
+        elif kind == "function_call":
+            call_id, name = item.get("call_id"), item.get("name")
+            if not isinstance(call_id, str) or not isinstance(name, str):
+                raise _bad("a function_call item needs a string call_id and name", param)
+            arguments = item.get("arguments", "{}")
+            call = {"id": call_id, "type": "function"}
+            call["function"] = {"name": name, "arguments": arguments}  # type: ignore[assignment]
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            call_id, output = item.get("call_id"), item.get("output")
+            if not isinstance(call_id, str):
+                raise _bad("a function_call_output item needs a string call_id", param)
+            if not isinstance(output, str):
+                output = json.dumps(output, ensure_ascii=False)
+            out.append({"role": "tool", "tool_call_id": call_id, "content": output})
+        elif kind in ("reasoning", "item_reference"):
+            continue  # a model's own summary or a reference to stored output: nothing to render
+        else:
+            raise _bad(
+                f"input item type {kind!r} is not supported; send message, function_call or "
+                "function_call_output items",
+                f"{param}.type",
+            )
+    return out
+
+
+def _chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    out = []
+    for i, tool in enumerate(tools):
+        if tool.get("type") != "function":
+            raise _bad(
+                f"tool type {tool.get('type')!r} is not supported here; chatfmt serves "
+                "function tools",
+                f"tools[{i}].type",
+            )
+        fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(choice: str | dict[str, Any] | None) -> Any:
+    if choice is None or isinstance(choice, str):
+        return choice
+    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise _bad(
+        'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}',
+        "tool_choice",
+    )
+
+
+def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    fmt = (text or {}).get("format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "description", "schema", "strict") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    if kind in ("text", "json_object"):
+        return {"type": kind}
+    raise _bad(f"text.format type {kind!r} is not supported", "text.format.type")
+
+
+def chat_request(
+    req: ResponsesRequest, history: list[dict[str, Any]], new: list[dict[str, Any]]
+) -> ChatCompletionRequest:
+    """The chat request that renders ``history`` (the stored conversation) plus ``new``."""
+    messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    messages += history + new
+    body: dict[str, Any] = {
+        "messages": messages,
+        "tools": _chat_tools(req.tools),
+        "tool_choice": _tool_choice(req.tool_choice),
+        "parallel_tool_calls": req.parallel_tool_calls,
+        "response_format": _response_format(req.text),
+        "max_tokens": req.max_output_tokens,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "stream": req.stream,
+    }
+    try:
+        return ChatCompletionRequest.model_validate(
+            {k: v for k, v in body.items() if v is not None}
+        )
+    except ValueError as exc:
+        raise ApiError(400, f"invalid request: {exc}") from None
+
+
+Status = Literal["completed", "incomplete", "in_progress"]
