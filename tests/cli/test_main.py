@@ -184,3 +184,16 @@ def test_serve_refuses_an_unsendable_api_key_before_loading_the_model() -> None:
     out = run("serve", "--api-key", "my key", "--port", "1")
     assert out.returncode == 2
     assert "printable ASCII" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_serve_reads_api_keys_from_a_file_and_refuses_an_empty_one(tmp_path: Path) -> None:
+    empty = tmp_path / "keys.txt"
+    empty.write_text("# no keys yet\n\n")
+    out = run("serve", "--api-key-file", str(empty), "--port", "1")
+    assert out.returncode == 2 and "holds no key" in out.stderr
+    bad = tmp_path / "bad.txt"
+    bad.write_text("good-key\nbad key\n")
+    out = run("serve", "--api-key-file", str(bad), "--api-key", "other", "--port", "1")
+    assert out.returncode == 2 and "printable ASCII" in out.stderr
+    out = run("serve", "--api-key-file", str(tmp_path / "missing.txt"), "--port", "1")
+    assert out.returncode == 2 and "--api-key-file" in out.stderr and "Traceback" not in out.stderr

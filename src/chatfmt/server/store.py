@@ -73,15 +73,15 @@ class ResponseStore:
     def __init__(self, path: str | Path, *, max_age_days: float | None = 30.0) -> None:
         self.path = str(path)
         self.max_age_days = max_age_days
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise ChatFmtError(
                 f"cannot open the response store {self.path!r} ({exc}); give a writable path "
                 "with --store, or --no-store to keep no responses"
