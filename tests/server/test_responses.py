@@ -246,9 +246,9 @@ async def test_32_conversations_of_5_chained_responses_at_once(
     assert store.count() == 160 and store.integrity() == "ok"
     # Nothing crossed: each last response's conversation holds only its own messages.
     for n, ids in enumerate(chains):
-        last = store.get("", ids[-1])
+        last = store.conversation("", ids[-1])
         assert last is not None
-        users = [m["content"] for m in last.conversation if m["role"] == "user"]
+        users = [m["content"] for m in last if m["role"] == "user"]
         assert users == [f"count {n}-{t}" for t in range(5)]
 
 
@@ -289,3 +289,100 @@ async def test_every_body_and_event_validates_against_the_sdks_models(qwen: Toke
         )
         assert r.json()["status"] == "incomplete"
         assert r.json()["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+async def test_review_cases(qwen: Tokenizer) -> None:
+    """Odd bodies get 400s naming the field; a failing store loses no answer."""
+    app, _ = make_app(qwen, ResponseStore(":memory:"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as h:
+        for body, param in (
+            ({"input": "hi", "text": {"format": "json"}}, "text.format"),
+            ({"input": "hi", "tool_choice": "bogus"}, "tool_choice"),
+            ({"input": []}, "input"),
+            ({"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
+             "input[0].content[0].text"),
+        ):  # fmt: skip
+            r = await h.post("/v1/responses", json={"model": "m", **body})
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        raw = '{"model": "m", "input": "hi", "metadata": {"k": "\\ud800"}}'
+        r = await h.post("/v1/responses", content=raw, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and "lone surrogate" in r.json()["error"]["message"]
+        chat = (
+            '{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", '
+            '"function": {"name": "f", "description": "\\ud800"}}]}'
+        )
+        r = await h.post(
+            "/v1/chat/completions", content=chat, headers={"Content-Type": "application/json"}
+        )
+        assert r.status_code == 400 and "lone surrogate" in r.json()["error"]["message"]
+
+        def broken(*_args: Any) -> None:
+            raise OSError("disk full")
+
+        app.state.store.put = broken
+        r = await h.post("/v1/responses", json={"model": "m", "input": "hi"})
+        assert (
+            r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "Hello there!"
+        )
+        assert r.json()["store"] is False
+
+
+async def test_a_call_cut_by_max_output_tokens_is_incomplete(qwen: Tokenizer) -> None:
+    app, _ = make_app(qwen, None)
+    c = client(app)
+    r = await c.responses.create(model="m", input="weather?", tools=[WEATHER], max_output_tokens=12)
+    assert r.status == "incomplete"
+    assert [i.status for i in r.output if i.type == "function_call"] == ["incomplete"]
+
+
+async def test_demoted_calls_stay_in_the_stored_conversation(qwen: Tokenizer) -> None:
+    app, engine = make_app(qwen, ResponseStore(":memory:"))
+    c = client(app)
+    # Only get_time is declared: the model's get_weather call is demoted to text.
+    clock = {**WEATHER, "name": "get_time"}
+    first = await c.responses.create(model="m", input="weather?", tools=[clock])
+    assert [i.type for i in first.output] == ["message"] and "get_weather" in first.output_text
+    await c.responses.create(model="m", input="count", previous_response_id=first.id)
+    assert first.output_text in qwen.decode(engine.prompts[-1])
+
+
+async def test_input_items_validate_and_page(qwen: Tokenizer) -> None:
+    from openai.types.responses import ResponseItem
+    from pydantic import TypeAdapter
+
+    app, _ = make_app(qwen, ResponseStore(":memory:"))
+    c = client(app)
+    items = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "two"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "three"}]},
+    ]
+    r = await c.responses.create(model="m", input=items)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as h:
+        page = (await h.get(f"/v1/responses/{r.id}/input_items?order=asc&limit=2")).json()
+        adapter = TypeAdapter(ResponseItem)
+        shown = [adapter.validate_python(i) for i in page["data"]]
+        assert [i.content[0].text for i in shown] == ["one", "two"] and page["has_more"]  # type: ignore[union-attr]
+        rest = (
+            await h.get(f"/v1/responses/{r.id}/input_items?order=asc&after={page['last_id']}")
+        ).json()
+        assert [i["content"][0]["text"] for i in rest["data"]] == ["three"] and not rest["has_more"]
+        assert (await h.get(f"/v1/responses/{r.id}/input_items?order=up")).status_code == 400
+
+
+async def test_each_row_keeps_only_what_it_added(qwen: Tokenizer, tmp_path: Path) -> None:
+    import sqlite3
+
+    store = ResponseStore(tmp_path / "r.sqlite3")
+    app, _ = make_app(qwen, store)
+    c = client(app)
+    previous = None
+    for turn in range(6):
+        r = await c.responses.create(
+            model="m", input=f"count {turn}", previous_response_id=previous
+        )
+        previous = r.id
+    with sqlite3.connect(tmp_path / "r.sqlite3") as db:
+        sizes = [len(json.loads(m)) for (m,) in db.execute("SELECT messages FROM responses")]
+    assert sizes == [2] * 6  # the input and the reply, not the conversation again
+    assert len(store.conversation("", previous)) == 12  # type: ignore[arg-type]

@@ -23,11 +23,10 @@ def test_schema_is_versioned_and_reopening_keeps_the_data(tmp_path: Path) -> Non
     store.put("o", response("resp_1"), [{"id": "msg_1"}], [{"role": "user", "content": "hi"}])
     store.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     again = ResponseStore(path)
-    found = again.get("o", "resp_1")
-    assert found is not None and found.conversation == [{"role": "user", "content": "hi"}]
+    assert again.conversation("o", "resp_1") == [{"role": "user", "content": "hi"}]
     assert again.integrity() == "ok"
 
 
@@ -64,3 +63,15 @@ def test_an_unwritable_path_names_the_fix(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(ChatFmtError, match=r"cannot open the response store.*--store"):
         ResponseStore(blocker / "r.sqlite3")
+
+
+def test_a_chain_with_a_deleted_link_says_so(tmp_path: Path) -> None:
+    from chatfmt.server.store import BrokenChain
+
+    store = ResponseStore(tmp_path / "r.sqlite3")
+    store.put("o", response("resp_1"), [], [{"role": "user", "content": "a"}])
+    store.put("o", response("resp_2", "resp_1"), [], [{"role": "user", "content": "b"}])
+    assert [m["content"] for m in store.conversation("o", "resp_2") or ()] == ["a", "b"]
+    store.delete("o", "resp_1")
+    with pytest.raises(BrokenChain, match=r"resp_1.*is gone"):
+        store.conversation("o", "resp_2")

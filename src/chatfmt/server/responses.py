@@ -29,34 +29,39 @@ from .http import ApiKeys, json_bytes, json_response, read_json_body, require_be
 from .openapi import error_responses
 from .responses_input import ResponsesRequest, chat_request, input_items, to_messages
 from .responses_output import OutputBuilder, item_id
-from .service import ChatService, Prepared, Turn
+from .service import ChatService, Prepared
 from .sse import ClientGone, sse_response, until_disconnect
-from .store import ResponseStore, owner_of
+from .store import BrokenChain, ResponseStore, owner_of
 
 log = logging.getLogger("chatfmt.server")
 
 
 def _stored_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Input items as ``input_items`` lists them: each with an id, messages with parts."""
+    """Input items as ``input_items`` lists them (OpenAI's item shapes): each with an id,
+    message content as parts (``output_text`` for assistant messages, ``input_text`` else)."""
     out = []
     for item in items:
         kind = item.get("type", "message")
         if kind == "message":
+            role = item.get("role")
+            part_type = "output_text" if role == "assistant" else "input_text"
             content = item.get("content", "")
-            parts = (
-                [{"type": "input_text", "text": content}] if isinstance(content, str) else content
-            )
+            texts = [content] if isinstance(content, str) else [p.get("text", "") for p in content]
+            parts: list[dict[str, Any]] = [{"type": part_type, "text": t} for t in texts]
+            if part_type == "output_text":
+                parts = [{**p, "annotations": []} for p in parts]
             out.append(
                 {
                     "id": item.get("id") or item_id("msg"),
                     "type": "message",
-                    "role": item.get("role"),
+                    "role": role,
                     "status": "completed",
                     "content": parts,
                 }
             )
         elif kind in ("function_call", "function_call_output"):
-            out.append({"id": item.get("id") or item_id("fc"), "status": "completed", **item})
+            prefix = "fc" if kind == "function_call" else "fco"
+            out.append({**item, "id": item.get("id") or item_id(prefix), "status": "completed"})
     return out
 
 
@@ -83,7 +88,14 @@ class ResponsesService:
                     "(it runs with --no-store)",
                     param="previous_response_id",
                 )
-            stored = await asyncio.to_thread(self.store.get, owner, req.previous_response_id)
+            try:
+                stored = await asyncio.to_thread(
+                    self.store.conversation, owner, req.previous_response_id
+                )
+            except BrokenChain as exc:
+                raise ApiError(
+                    404, str(exc), param="previous_response_id", code="previous_response_not_found"
+                ) from None
             if stored is None:
                 raise ApiError(
                     404,
@@ -92,7 +104,7 @@ class ResponsesService:
                     param="previous_response_id",
                     code="previous_response_not_found",
                 )
-            history = stored.conversation
+            history = stored
         try:
             chat = chat_request(req, history, new)
         except ValidationError as exc:
@@ -142,28 +154,38 @@ class ResponsesService:
         owner: str,
         response: dict[str, Any],
         items: list[dict[str, Any]],
-        before: list[dict[str, Any]],
-        turn: Turn,
+        new: list[dict[str, Any]],
     ) -> None:
-        """Store the response with the conversation after it (when asked and possible)."""
+        """Store the response with the messages it added (when asked and possible). The reply
+        is written as the client saw it, from the output items (text the call policy demoted
+        included), so a continued conversation renders what the client would send back. A
+        store that fails is logged: the answer is not lost for it."""
         if self.store is None or not response["store"]:
             return
-        reply = turn.decoder.result().message.to_openai()
-        kept_calls = [c for c in reply.get("tool_calls") or () if c["id"] in turn.policy.kept_ids]
-        if kept_calls:
-            reply["tool_calls"] = kept_calls
-        else:
-            reply.pop("tool_calls", None)
-            text = "".join(
-                part["text"]
-                for item in response["output"]
-                if item["type"] == "message"
-                for part in item["content"]
+        try:
+            await asyncio.to_thread(
+                self.store.put, owner, response, _stored_items(items), [*new, _reply(response)]
             )
-            reply["content"] = text
-        await asyncio.to_thread(
-            self.store.put, owner, response, _stored_items(items), [*before, reply]
-        )
+        except Exception:
+            log.exception("storing response %s failed", response["id"])
+            response["store"] = False
+
+
+def _reply(response: dict[str, Any]) -> dict[str, Any]:
+    """The response's output as one assistant chat message."""
+    text, calls = [], []
+    for item in response["output"]:
+        if item["type"] == "message":
+            text += [part.get("text", "") for part in item["content"]]
+        elif item["type"] == "function_call":
+            function = {"name": item["name"], "arguments": item["arguments"] or "{}"}
+            calls.append({"id": item["call_id"], "type": "function", "function": function})
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        message["tool_calls"] = calls
+    elif message["content"] is None:
+        message["content"] = ""
+    return message
 
 
 def _usage(prompt: int, completion: int) -> dict[str, Any]:
@@ -178,7 +200,7 @@ def _usage(prompt: int, completion: int) -> dict[str, Any]:
 
 async def _generate(
     svc: ResponsesService, prep: Prepared, on_events: Any
-) -> tuple[Turn, int, bool, OutputBuilder]:
+) -> tuple[int, bool, OutputBuilder]:
     """Run the generation, handing each step's stream events to ``on_events``."""
     turn = svc.chat.turn(prep)
     builder = OutputBuilder()
@@ -199,8 +221,8 @@ async def _generate(
     finally:
         with anyio.CancelScope(shield=True):
             await stream.aclose()
-    await on_events(builder.finish())
-    return turn, n_completion, length, builder
+    await on_events(builder.finish(cut=length))
+    return n_completion, length, builder
 
 
 def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRouter:
@@ -214,16 +236,16 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
     async def create(request: Request) -> Response:
         owner = owner_of(require_bearer(request, api_key))
         req = await read_json_body(request, ResponsesRequest, svc.chat.limits)
-        prep, items, before, _new = await svc.prepare(req, owner)
+        prep, items, _before, new = await svc.prepare(req, owner)
         rid, created = item_id("resp"), time.time()
         if req.stream:
-            return sse_response(_stream(svc, req, prep, owner, rid, created, items, before))
+            return sse_response(_stream(svc, req, prep, owner, rid, created, items, new))
 
         async def ignore(_events: list[dict[str, Any]]) -> None:
             return None
 
         try:
-            turn, n, length, builder = await until_disconnect(request, _generate(svc, prep, ignore))
+            n, length, builder = await until_disconnect(request, _generate(svc, prep, ignore))
         except EngineError as exc:
             raise engine_api_error(exc) from None
         except ClientGone:
@@ -231,7 +253,7 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
         status = "incomplete" if length else "completed"
         usage = _usage(len(prep.prompt_ids), n)
         body = svc.response(rid, created, req, status, builder.items, usage, incomplete=length)
-        await svc.keep(owner, body, items, before, turn)
+        await svc.keep(owner, body, items, new)
         return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
 
     async def stored(request: Request, rid: str) -> Any:
@@ -267,17 +289,29 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
     )
     async def input_items_of(request: Request, rid: str) -> Response:
         found = await stored(request, rid)
-        data = (
-            list(reversed(found.input_items))
-            if request.query_params.get("order", "desc") == "desc"
-            else found.input_items
-        )
+        order = request.query_params.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise ApiError(400, 'order must be "asc" or "desc"', param="order")
+        try:
+            limit = int(request.query_params.get("limit", "20"))
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= 100:
+            raise ApiError(400, "limit must be an integer from 1 to 100", param="limit")
+        data = found.input_items if order == "asc" else list(reversed(found.input_items))
+        after = request.query_params.get("after")
+        if after is not None:
+            ids = [i["id"] for i in data]
+            if after not in ids:
+                raise ApiError(400, f"no input item {after!r} in this response", param="after")
+            data = data[ids.index(after) + 1 :]
+        shown = data[:limit]
         page = {
             "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": False,
+            "data": shown,
+            "first_id": shown[0]["id"] if shown else None,
+            "last_id": shown[-1]["id"] if shown else None,
+            "has_more": len(data) > limit,
         }
         return Response(json.dumps(page, ensure_ascii=False), media_type="application/json")
 
@@ -292,7 +326,7 @@ async def _stream(
     rid: str,
     created: float,
     items: list[dict[str, Any]],
-    before: list[dict[str, Any]],
+    new: list[dict[str, Any]],
 ) -> AsyncIterator[bytes]:
     """The typed event stream, every event with its ``sequence_number``."""
     queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
@@ -316,10 +350,13 @@ async def _stream(
         while (events := await queue.get()) is not None:
             for event in events:
                 yield frame(event)
-        turn, n, length, builder = task.result()
+        n, length, builder = task.result()
     except EngineError as exc:
         error = engine_api_error(exc)
+        failed = svc.response(rid, created, req, "failed", [], None)
+        failed["error"] = {"code": "server_error", "message": error.message}
         yield frame({"type": "error", "code": error.code, "message": error.message, "param": None})
+        yield frame({"type": "response.failed", "response": failed})
         return
     except Exception:
         log.exception("responses stream failed")
@@ -340,5 +377,5 @@ async def _stream(
     status = "incomplete" if length else "completed"
     usage = _usage(len(prep.prompt_ids), n)
     body = svc.response(rid, created, req, status, builder.items, usage, incomplete=length)
-    await svc.keep(owner, body, items, before, turn)
+    await svc.keep(owner, body, items, new)
     yield frame({"type": f"response.{status}", "response": body})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from .errors import ApiError
 from .schemas import ChatCompletionRequest
@@ -40,6 +40,35 @@ class ResponsesRequest(BaseModel):
     stream: StrictBool = False
     metadata: dict[str, str] | None = None
 
+    @model_validator(mode="after")
+    def _valid_text(self) -> ResponsesRequest:
+        # Everything is echoed back or stored as UTF-8: a lone surrogate (from a "\ud800"
+        # escape) is no text, and would fail only after the generation ran.
+        where = _surrogate_in(self.model_dump(exclude_none=True))
+        if where is not None:
+            raise ValueError(f"{where} contains a lone surrogate; send valid Unicode text")
+        return self
+
+
+def _surrogate_in(value: Any, path: str = "") -> str | None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "the body"
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _surrogate_in(k, path) or _surrogate_in(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _surrogate_in(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
 
 def _bad(message: str, param: str) -> ApiError:
     return ApiError(400, message, param=param)
@@ -54,7 +83,9 @@ def _text_of(content: Any, param: str, *, role: str) -> str:
     texts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+        if kind in ("input_text", "output_text", "text"):
+            if not isinstance(part.get("text"), str):
+                raise _bad(f"a {kind} part needs a string 'text'", f"{param}[{j}].text")
             texts.append(part["text"])
         elif kind == "refusal" and role == "assistant":
             texts.append(str(part.get("refusal", "")))
@@ -71,6 +102,8 @@ def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
     """The request's input as a list of items (a string is one user message)."""
     if isinstance(req.input, str):
         return [{"type": "message", "role": "user", "content": req.input}]
+    if not req.input:
+        raise _bad("input is empty; send a string or at least one item", "input")
     items = []
     for i, item in enumerate(req.input):
         if not isinstance(item, dict):
@@ -143,9 +176,13 @@ def _chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | No
 
 
 def _tool_choice(choice: str | dict[str, Any] | None) -> Any:
-    if choice is None or isinstance(choice, str):
+    if choice is None or choice in ("auto", "none", "required"):
         return choice
-    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
+    if (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance(choice.get("name"), str)
+    ):
         return {"type": "function", "function": {"name": choice["name"]}}
     raise _bad(
         'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}',
@@ -157,6 +194,12 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     fmt = (text or {}).get("format")
     if fmt is None:
         return None
+    if not isinstance(fmt, dict):
+        raise _bad(
+            'text.format must be an object: {"type": "text"}, {"type": "json_object"} or '
+            '{"type": "json_schema", "name": ..., "schema": {...}}',
+            "text.format",
+        )
     kind = fmt.get("type")
     if kind == "json_schema":
         schema = {k: fmt[k] for k in ("name", "description", "schema", "strict") if k in fmt}

@@ -74,8 +74,13 @@ class OutputBuilder:
                     out += self._end_call(ended)
         return out
 
-    def finish(self) -> list[dict[str, Any]]:
-        """Close what is open; a reply with no output at all is one empty message."""
+    def finish(self, *, cut: bool = False) -> list[dict[str, Any]]:
+        """Close what is open; a reply with no output at all is one empty message. ``cut``:
+        the reply was cut off (``max_output_tokens``) while its last item was being written,
+        so that item is marked ``incomplete``: a call the model did not finish (the parser has
+        closed its JSON) must not look runnable."""
+        if cut and self.items:
+            self.items[-1]["status"] = "incomplete"
         out = self._close()
         for call in list(self._calls.values()):
             out += self._end_call(call)
@@ -88,9 +93,8 @@ class OutputBuilder:
     # ==== Items ====
 
     def _added(self, item: dict[str, Any]) -> dict[str, Any]:
-        shown = dict(item)
-        if item["type"] == "message":
-            shown["content"] = []
+        # A copy as the item is now (its text grows later, before this event is written).
+        shown = {**item, "content": []} if "content" in item else dict(item)
         return {"type": "response.output_item.added", "output_index": self._index, "item": shown}
 
     def _text(self, text: str) -> list[dict[str, Any]]:
@@ -166,7 +170,8 @@ class OutputBuilder:
         if item is None:
             return []
         index = self.items.index(item)
-        item["status"] = "completed"
+        if item["status"] != "incomplete":
+            item["status"] = "completed"
         out: list[dict[str, Any]] = []
         if item["type"] == "message":
             part = item["content"][0]
@@ -191,7 +196,8 @@ class OutputBuilder:
 
     def _end_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         index = self.items.index(call)
-        call["status"] = "completed"
+        if call["status"] != "incomplete":
+            call["status"] = "completed"
         return [
             {
                 "type": "response.function_call_arguments.done",

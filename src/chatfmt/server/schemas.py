@@ -92,6 +92,12 @@ def check_tools(value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | No
         except ValidationError as exc:
             loc, msg = first_problem(exc.errors())
             raise ValueError(f"tool {i}: {loc}: {msg}") from None
+        try:
+            json.dumps(tool, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"tool {i} contains a lone surrogate; send valid Unicode text"
+            ) from None
     return value
 
 

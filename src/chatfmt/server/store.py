@@ -1,15 +1,16 @@
 """Stored responses: an embedded SQLite database, so that ``previous_response_id`` chains and
 ``GET /v1/responses/{id}`` outlive the request, and the server's restarts.
 
-Each row is one response: its JSON, the input items the request gave, and the whole chat
-conversation after it (system instructions aside, as OpenAI does not carry them over), so that
-continuing it is one lookup. Rows belong to the API key that made them (an owner string derived
-from the key; ``""`` on a server without keys): one key never reads, lists or deletes another's.
+Each row is one response: its JSON, the input items the request gave, and the chat messages it
+added (its input and its reply; system instructions aside, as OpenAI does not carry them over)
+with a link to the response before it, so that a conversation is its chain of rows. Rows
+belong to the API key that made them (an owner string derived from the key; ``""`` on a server
+without keys): one key never reads, lists or deletes another's.
 
 WAL mode lets readers go on while one request writes; every call runs on a worker thread with
 its own short transaction, under one lock (SQLite serialises writers anyway). The schema
 carries its version in ``PRAGMA user_version`` and is migrated on open. Rows older than
-``max_age_days`` are deleted as new ones are written.
+``max_age_days`` are deleted as new ones are written (at most once a minute).
 """
 
 from __future__ import annotations
@@ -39,7 +40,18 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX responses_owner_created ON responses (owner, created_at);
     """,
+    # Each row keeps only the messages it added (its input and its reply), not the whole
+    # conversation again: a chain's storage grows with its length, not with its square.
+    # Rows of version 1 keep their whole conversation in `conversation` (messages NULL).
+    """
+    ALTER TABLE responses ADD COLUMN messages TEXT;
+    CREATE INDEX responses_created ON responses (created_at);
+    """,
 )
+#: How often (seconds) writes also delete rows past their age.
+_PRUNE_EVERY = 60.0
+#: The longest chain :meth:`ResponseStore.conversation` follows.
+MAX_CHAIN = 10_000
 
 
 def owner_of(api_key: str | None) -> str:
@@ -49,22 +61,21 @@ def owner_of(api_key: str | None) -> str:
     return hashlib.sha256(b"chatfmt-owner\0" + api_key.encode()).hexdigest()[:32]
 
 
-class StoredResponse:
-    """One row: the response JSON, its input items, the conversation after it."""
+class BrokenChain(ChatFmtError):
+    """An earlier response of a conversation is gone (deleted, or past its age)."""
 
-    __slots__ = ("conversation", "id", "input_items", "response")
+
+class StoredResponse:
+    """One row: the response JSON and its input items."""
+
+    __slots__ = ("id", "input_items", "response")
 
     def __init__(
-        self,
-        id: str,
-        response: dict[str, Any],
-        input_items: list[dict[str, Any]],
-        conversation: list[dict[str, Any]],
+        self, id: str, response: dict[str, Any], input_items: list[dict[str, Any]]
     ) -> None:
         self.id = id
         self.response = response
         self.input_items = input_items
-        self.conversation = conversation
 
 
 class ResponseStore:
@@ -87,6 +98,7 @@ class ResponseStore:
                 "with --store, or --no-store to keep no responses"
             ) from None
         self._lock = threading.Lock()
+        self._pruned = 0.0
 
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -112,8 +124,9 @@ class ResponseStore:
         owner: str,
         response: dict[str, Any],
         input_items: Sequence[dict[str, Any]],
-        conversation: Sequence[dict[str, Any]],
+        messages: Sequence[dict[str, Any]],
     ) -> None:
+        """Keep a response, its input items and the chat messages it added."""
         now = time.time()
         row = (
             response["id"],
@@ -122,15 +135,21 @@ class ResponseStore:
             now,
             json.dumps(response, ensure_ascii=False),
             json.dumps(list(input_items), ensure_ascii=False),
-            json.dumps(list(conversation), ensure_ascii=False),
+            "null",
+            json.dumps(list(messages), ensure_ascii=False),
         )
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("INSERT INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)", row)
-                if self.max_age_days is not None:
+                self._db.execute(
+                    "INSERT INTO responses (id, owner, previous_id, created_at, response, "
+                    "input_items, conversation, messages) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    row,
+                )
+                if self.max_age_days is not None and now - self._pruned > _PRUNE_EVERY:
                     cutoff = now - self.max_age_days * 86400
                     self._db.execute("DELETE FROM responses WHERE created_at < ?", (cutoff,))
+                    self._pruned = now
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -140,13 +159,40 @@ class ResponseStore:
         """The owner's response ``response_id`` (``None``: none, or another owner's)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT response, input_items, conversation FROM responses "
-                "WHERE id = ? AND owner = ?",
+                "SELECT response, input_items FROM responses WHERE id = ? AND owner = ?",
                 (response_id, owner),
             ).fetchone()
         if row is None:
             return None
-        return StoredResponse(response_id, *(json.loads(c) for c in row))
+        return StoredResponse(response_id, json.loads(row[0]), json.loads(row[1]))
+
+    def conversation(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
+        """The chat messages of the conversation up to and including ``response_id``
+        (``None``: no such response of this owner); :class:`BrokenChain` when an earlier
+        response of it is gone."""
+        parts: list[list[dict[str, Any]]] = []
+        current: str | None = response_id
+        with self._lock:
+            while current is not None and len(parts) < MAX_CHAIN:
+                row = self._db.execute(
+                    "SELECT previous_id, conversation, messages FROM responses "
+                    "WHERE id = ? AND owner = ?",
+                    (current, owner),
+                ).fetchone()
+                if row is None:
+                    if not parts:
+                        return None
+                    raise BrokenChain(
+                        f"response {current!r}, an earlier part of this conversation, is gone "
+                        "(deleted or past its age); start a new conversation"
+                    )
+                previous, whole, added = row
+                if added is None:  # a version-1 row: it holds the whole conversation
+                    parts.append(json.loads(whole))
+                    break
+                parts.append(json.loads(added))
+                current = previous
+        return [m for part in reversed(parts) for m in part]
 
     def delete(self, owner: str, response_id: str) -> bool:
         with self._lock:
