@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -87,6 +88,10 @@ class ResponseStore:
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                # Conversations are private: the file (and SQLite's -wal and -shm files, which
+                # take its mode) readable by this user only.
+                os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+                os.chmod(self.path, 0o600)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
