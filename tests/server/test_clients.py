@@ -2,8 +2,8 @@
 engine): each gets a valid, typed result through constrained decoding — the openai SDK's
 ``chat.completions.parse`` and ``responses.parse``, a function call continued with
 ``previous_response_id``, LangChain's ``with_structured_output`` (both methods, with and without
-the Responses API), and the OpenAI Agents SDK with a chat-completions model and with its default
-Responses model, each with a tool."""
+the Responses API), the OpenAI Agents SDK with a chat-completions model and with its default
+Responses model, each with a tool, and LiteLLM's OpenAI-compatible provider."""
 
 from __future__ import annotations
 
@@ -160,3 +160,44 @@ def test_openai_agents_sdk_with_a_tool(url: str, responses_api: bool) -> None:
     result = asyncio.run(agents.Runner.run(agent, "What is 1234 + 4321?", max_turns=2))
     assert calls == [(1234, 4321)]
     assert str(result.final_output) == "5555"  # the SDK hands tool output on as text
+
+
+def test_litellm_openai_compatible_provider(url: str) -> None:
+    """LiteLLM's OpenAI-compatible provider (``openai/<model>`` with ``api_base``): chat,
+    a tool call, and its Responses API bridge."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
+    litellm = pytest.importorskip("litellm")
+    common = {"model": "openai/default", "api_base": url, "api_key": "unused", "temperature": 0}
+    chat = litellm.completion(
+        messages=[{"role": "user", "content": "What is the capital of France? One word."}],
+        max_tokens=20,
+        **common,
+    )
+    assert "Paris" in chat.choices[0].message.content
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+    called = litellm.completion(
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[tool],
+        tool_choice="required",
+        max_tokens=60,
+        **common,
+    )
+    [call] = called.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and "Paris" in call.function.arguments
+    answer = litellm.responses(
+        input="Say hello in French, one word.", max_output_tokens=20, **common
+    )
+    text = "".join(
+        part.text for item in answer.output if item.type == "message" for part in item.content
+    )
+    assert answer.status == "completed" and text
