@@ -75,6 +75,9 @@ class GenerationChunk:
     text: str | None = None
     finish_reason: EngineFinish | None = None
     exact_ids: bool = True
+    #: How many prompt tokens the engine took from its prompt cache, where it says (llama.cpp
+    #: does, with the last chunk); ``None``: not reported.
+    cached_tokens: int | None = None
 
 
 @dataclass(slots=True)

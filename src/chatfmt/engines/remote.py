@@ -387,7 +387,8 @@ class RemoteEngine(Engine):
             ids = self._tokenizer.encode_pieces(pieces)
         if not ids and not text and finish is None:
             return None
-        return GenerationChunk(tuple(ids), text or None, finish, exact_ids=exact)
+        cached = _cached_tokens(data)
+        return GenerationChunk(tuple(ids), text or None, finish, exact, cached)
 
 
 #: llama.cpp's numbering of trigger kinds (``common_grammar_trigger_type``).
@@ -424,7 +425,20 @@ def _native_chunk(data: dict[str, Any]) -> GenerationChunk | None:
         finish = "length" if data.get("stop_type") == "limit" else "stop"
     if not ids and not text and finish is None:
         return None
-    return GenerationChunk(ids, text or None, finish)
+    return GenerationChunk(ids, text or None, finish, cached_tokens=_cached_tokens(data))
+
+
+def _cached_tokens(data: dict[str, Any]) -> int | None:
+    """Prompt tokens the server reused from its cache: llama.cpp's ``timings.cache_n``, or
+    OpenAI's ``usage.prompt_tokens_details.cached_tokens`` (vLLM)."""
+    timings = data.get("timings")
+    if isinstance(timings, dict) and isinstance(timings.get("cache_n"), int):
+        return int(timings["cache_n"])
+    usage = data.get("usage")
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        return int(details["cached_tokens"])
+    return None
 
 
 def _token_ids(data: dict[str, Any], choice: dict[str, Any]) -> list[int] | None:

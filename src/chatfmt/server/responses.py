@@ -29,7 +29,7 @@ from .http import ApiKeys, json_bytes, json_response, read_json_body, require_be
 from .openapi import error_responses
 from .responses_input import ResponsesRequest, chat_request, input_items, to_messages
 from .responses_output import OutputBuilder, item_id
-from .service import ChatService, Prepared
+from .service import ChatService, Prepared, engine_tail
 from .sse import ClientGone, sse_response, until_disconnect
 from .store import BrokenChain, ResponseStore, owner_of
 
@@ -188,10 +188,10 @@ def _reply(response: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def _usage(prompt: int, completion: int) -> dict[str, Any]:
+def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": cached or 0, "cache_write_tokens": 0},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": prompt + completion,
@@ -200,20 +200,23 @@ def _usage(prompt: int, completion: int) -> dict[str, Any]:
 
 async def _generate(
     svc: ResponsesService, prep: Prepared, on_events: Any
-) -> tuple[int, bool, OutputBuilder]:
+) -> tuple[int, bool, OutputBuilder, int | None]:
     """Run the generation, handing each step's stream events to ``on_events``."""
     turn = svc.chat.turn(prep)
     builder = OutputBuilder()
     await on_events(builder.feed(turn.prefill(prep.prefill)))
-    n_completion, length = 0, False
+    n_completion, length, cached = 0, False, None
     stream = svc.chat.engine.stream(prep.prompt_ids, prep.params)
     try:
         async for chunk in stream:
             n_completion += len(chunk.token_ids)
+            if chunk.cached_tokens is not None:
+                cached = chunk.cached_tokens
             events = turn.chunk(chunk)
             length = length or any(isinstance(e, Finish) and e.reason == "length" for e in events)
             await on_events(builder.feed(events))
             if turn.done:
+                cached = await engine_tail(turn, stream, cached)
                 break
         if not turn.done:
             events = turn.finish()
@@ -222,7 +225,7 @@ async def _generate(
         with anyio.CancelScope(shield=True):
             await stream.aclose()
     await on_events(builder.finish(cut=length))
-    return n_completion, length, builder
+    return n_completion, length, builder, cached
 
 
 def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRouter:
@@ -245,13 +248,15 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
             return None
 
         try:
-            n, length, builder = await until_disconnect(request, _generate(svc, prep, ignore))
+            n, length, builder, cached = await until_disconnect(
+                request, _generate(svc, prep, ignore)
+            )
         except EngineError as exc:
             raise engine_api_error(exc) from None
         except ClientGone:
             return Response(status_code=499)
         status = "incomplete" if length else "completed"
-        usage = _usage(len(prep.prompt_ids), n)
+        usage = _usage(len(prep.prompt_ids), n, cached)
         body = svc.response(rid, created, req, status, builder.items, usage, incomplete=length)
         await svc.keep(owner, body, items, new)
         return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
@@ -350,7 +355,7 @@ async def _stream(
         while (events := await queue.get()) is not None:
             for event in events:
                 yield frame(event)
-        n, length, builder = task.result()
+        n, length, builder, cached = task.result()
     except EngineError as exc:
         error = engine_api_error(exc)
         failed = svc.response(rid, created, req, "failed", [], None)
@@ -375,7 +380,7 @@ async def _stream(
             with anyio.CancelScope(shield=True):
                 await asyncio.gather(task, return_exceptions=True)
     status = "incomplete" if length else "completed"
-    usage = _usage(len(prep.prompt_ids), n)
+    usage = _usage(len(prep.prompt_ids), n, cached)
     body = svc.response(rid, created, req, status, builder.items, usage, incomplete=length)
     await svc.keep(owner, body, items, new)
     yield frame({"type": f"response.{status}", "response": body})

@@ -240,15 +240,25 @@ class Choice(_Wire):
     logprobs: None = None
 
 
+class PromptTokensDetails(_Wire):
+    cached_tokens: int
+
+
 class Usage(_Wire):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    #: What the engine took from its prompt cache, where it reports it.
+    prompt_tokens_details: PromptTokensDetails | None = _omitted()
 
     @classmethod
-    def of(cls, prompt: int, completion: int) -> Usage:
+    def of(cls, prompt: int, completion: int, cached: int | None = None) -> Usage:
+        details = PromptTokensDetails(cached_tokens=cached) if cached is not None else None
         return cls(
-            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=details,
         )
 
 

@@ -126,6 +126,26 @@ class Turn:
         return self.policy.filter(self.decoder.finish("stop"))
 
 
+async def engine_tail(
+    turn: Turn, stream: AsyncGenerator[GenerationChunk, None], cached: int | None
+) -> int | None:
+    """After the reply ended at a stop token, read the engine's closing chunk for what it
+    reports (llama.cpp: the prompt tokens it took from its cache). The engine stops at that
+    token too; should it go on generating, reading stops at once."""
+    if turn.decoder.stopped_by != "control":
+        return cached
+    for _ in range(4):
+        try:
+            chunk = await stream.__anext__()
+        except StopAsyncIteration:
+            break
+        if chunk.cached_tokens is not None:
+            cached = chunk.cached_tokens
+        if chunk.token_ids or chunk.finish_reason is not None:
+            break
+    return cached
+
+
 @dataclass
 class Prepared:
     """A validated, rendered request, ready for the engine."""
@@ -456,15 +476,19 @@ class ChatService:
         turn = self.turn(prep)
         turn.prefill(prep.prefill)
         n_completion = 0
+        cached: int | None = None
         finish: FinishReason = "stop"
         stream = self.engine.stream(prep.prompt_ids, prep.params)
         try:
             async for chunk in stream:
                 n_completion += len(chunk.token_ids)
+                if chunk.cached_tokens is not None:
+                    cached = chunk.cached_tokens
                 for ev in turn.chunk(chunk):
                     if isinstance(ev, Finish):
                         finish = ev.reason
                 if turn.done:
+                    cached = await engine_tail(turn, stream, cached)
                     break
             if not turn.done:
                 for ev in turn.finish():
@@ -478,7 +502,7 @@ class ChatService:
             created=int(time.time()),
             model=self.model_name,
             choices=[Choice(message=message, finish_reason=finish)],
-            usage=Usage.of(len(prep.prompt_ids), n_completion),
+            usage=Usage.of(len(prep.prompt_ids), n_completion, cached),
         )
 
     async def open_stream(
@@ -527,6 +551,7 @@ class ChatService:
 
         turn = self.turn(prep)
         n_completion = 0
+        cached: int | None = None
         try:
             yield chunk([ROLE_CHOICE])
             for choice in chunk_choices(turn.prefill(prep.prefill)):
@@ -541,9 +566,13 @@ class ChatService:
                             yield chunk([choice])
                         break
                 n_completion += len(pending.token_ids)
+                if pending.cached_tokens is not None:
+                    cached = pending.cached_tokens
                 for choice in chunk_choices(turn.chunk(pending)):
                     yield chunk([choice])
                 pending = None
+                if turn.done and prep.include_usage:
+                    cached = await engine_tail(turn, stream, cached)
         except EngineError as exc:
             # Headers are sent: report in-band, as OpenAI does, and end without [DONE].
             yield sse_event(json_bytes(engine_api_error(exc).body()))
@@ -559,5 +588,5 @@ class ChatService:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
         if prep.include_usage:
-            yield chunk([], Usage.of(len(prep.prompt_ids), n_completion))
+            yield chunk([], Usage.of(len(prep.prompt_ids), n_completion, cached))
         yield DONE
