@@ -24,7 +24,7 @@ def test_schema_is_versioned_and_reopening_keeps_the_data(tmp_path: Path) -> Non
     store.close()
     assert path.stat().st_mode & 0o777 == 0o600  # conversations are private
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     again = ResponseStore(path)
     assert again.conversation("o", "resp_1") == [{"role": "user", "content": "hi"}]

@@ -8,6 +8,7 @@ go to ``test-artifacts/web/``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import time
@@ -101,7 +102,15 @@ def server(tok: Tokenizer) -> Iterator[tuple[str, FakeEngine]]:
         from chatfmt.interpreter.sandbox import detect
 
         sandbox = detect("auto").describe()  # what `chatfmt serve` shows
-    app, engine = build_app(tok, delay=0.02, interpreter_factory=factory, sandbox=sandbox)
+    from chatfmt.server.store import ResponseStore
+
+    app, engine = build_app(
+        tok,
+        delay=0.02,
+        interpreter_factory=factory,
+        sandbox=sandbox,
+        store=ResponseStore(":memory:"),
+    )
     with live_server(app) as url:
         yield url, engine
 
@@ -206,6 +215,38 @@ def test_tool_call_is_shown_with_its_result(page: Page) -> None:
     expect(call.locator(".args")).to_contain_text('"city": "Paris"')
     expect(call.locator(".output")).to_contain_text("demo data, not a real weather reading")
     shot(page, "tools-desktop.png")
+
+
+def test_a_conversation_reopens_in_another_browser_and_is_deleted(
+    browser: Browser, server: tuple[str, FakeEngine]
+) -> None:
+    pages = [_page(browser, server[0]) for _ in range(2)]
+    first = next(pages[0])
+    send(first, "hello from the first browser")
+    wait_idle(first)
+    history = first.locator("#history")
+    expect(history).to_be_visible()
+    history.locator("summary").click()
+    entry = history.locator("button", has_text="hello from the first browser")
+    expect(entry).to_be_visible()
+    # Another browser profile (its own storage): the conversation is on the server.
+    second = next(pages[1])
+    expect(second.locator(".msg")).to_have_count(0)
+    second.locator("#history summary").click()
+    second.locator("#history button", has_text="hello from the first browser").click()
+    expect(second.locator(".msg.user")).to_have_text("Youhello from the first browser")
+    expect(second.locator(".msg.assistant .content").last).to_contain_text("Hello!")
+    # It goes on there, and the copy on the server follows.
+    send(second, "and a second message")
+    wait_idle(second)
+    second.get_by_role("button", name="Delete hello from the first browser").click()
+    expect(
+        second.locator("#history button", has_text="hello from the first browser")
+    ).to_have_count(0)
+    expect(second.locator(".msg")).to_have_count(0)  # the open conversation was the one deleted
+    for page_iter in pages:
+        with contextlib.suppress(StopIteration):
+            next(page_iter)
 
 
 def test_interpreter_upload_row_count_and_download(page: Page, tmp_path: Path) -> None:

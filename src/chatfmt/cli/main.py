@@ -287,6 +287,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             allowed_hosts=trusted_hosts(args.host),
             sandbox=sandbox_line,
             max_upload_bytes=round(args.max_upload_mb * 1024 * 1024),
+            store=app.state.store,
         )
 
     run_server(

@@ -48,6 +48,18 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE responses ADD COLUMN messages TEXT;
     CREATE INDEX responses_created ON responses (created_at);
     """,
+    # The web chat's conversations, as its page keeps them (messages, images, mode, system).
+    """
+    CREATE TABLE conversations (
+        id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        title TEXT NOT NULL,
+        updated_at REAL NOT NULL,
+        state TEXT NOT NULL,
+        PRIMARY KEY (owner, id)
+    );
+    CREATE INDEX conversations_updated ON conversations (updated_at);
+    """,
 )
 #: How often (seconds) writes also delete rows past their age.
 _PRUNE_EVERY = 60.0
@@ -199,6 +211,46 @@ class ResponseStore:
                 current = previous
         return [m for part in reversed(parts) for m in part]
 
+    # ==== The web chat's conversations ====
+
+    def save_conversation(self, owner: str, cid: str, title: str, state: dict[str, Any]) -> None:
+        """Keep (or replace) a web conversation of ``owner``."""
+        now = time.time()
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, id) DO "
+                "UPDATE SET title = excluded.title, updated_at = excluded.updated_at, "
+                "state = excluded.state",
+                (cid, owner, title, now, json.dumps(state, ensure_ascii=False)),
+            )
+            if self.max_age_days is not None:
+                cutoff = now - self.max_age_days * 86400
+                self._db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,))
+
+    def conversations(self, owner: str, limit: int = 100) -> list[dict[str, Any]]:
+        """``owner``'s web conversations, newest first: id, title, updated_at."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, title, updated_at FROM conversations WHERE owner = ? "
+                "ORDER BY updated_at DESC LIMIT ?",
+                (owner, limit),
+            ).fetchall()
+        return [{"id": i, "title": t, "updated_at": u} for i, t, u in rows]
+
+    def load_conversation(self, owner: str, cid: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT state FROM conversations WHERE owner = ? AND id = ?", (owner, cid)
+            ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def delete_conversation(self, owner: str, cid: str) -> bool:
+        with self._lock:
+            cursor = self._db.execute(
+                "DELETE FROM conversations WHERE owner = ? AND id = ?", (owner, cid)
+            )
+        return cursor.rowcount > 0
+
     def delete(self, owner: str, response_id: str) -> bool:
         with self._lock:
             cursor = self._db.execute(
@@ -207,10 +259,11 @@ class ResponseStore:
         return cursor.rowcount > 0
 
     def delete_owner(self, owner: str) -> int:
-        """Delete everything one key stored; the number of responses deleted."""
+        """Delete everything one key stored (responses and web conversations); how many."""
         with self._lock:
             cursor = self._db.execute("DELETE FROM responses WHERE owner = ?", (owner,))
-        return cursor.rowcount
+            gone = self._db.execute("DELETE FROM conversations WHERE owner = ?", (owner,))
+        return cursor.rowcount + gone.rowcount
 
     def count(self) -> int:
         with self._lock:

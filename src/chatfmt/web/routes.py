@@ -43,6 +43,8 @@ from ..server.http import (
 )
 from ..server.openapi import error_responses, event_stream_ok, json_body, publish_models
 from ..server.sse import event_stream, sse_event, sse_response
+from ..server.store import ResponseStore
+from .conversation_routes import mount_conversations
 from .file_routes import mount_files
 from .modes import INTERPRETER_TOOL, Modes
 from .page_events import agent_events, error_event
@@ -105,6 +107,7 @@ def mount_web(
     allowed_hosts: Iterable[str] | None = LOOPBACK_HOSTS,
     sandbox: str | None = None,
     max_upload_bytes: int = 8 * 1024 * 1024,
+    store: ResponseStore | None = None,
 ) -> None:
     """Serve the web chat on ``app``: ``/``, ``/static/``, ``/api/info``, ``/api/count``,
     ``/api/agent``.
@@ -119,7 +122,8 @@ def mount_web(
     give the names the server is reached by, or ``None`` for any (then protect it with
     ``api_key``). ``sandbox`` is the one-line description of the interpreter's confinement
     the page shows; ``max_upload_bytes`` bounds a file uploaded into a conversation's
-    working directory (``/api/files/...``).
+    working directory (``/api/files/...``). ``store`` keeps the page's conversations on the
+    server (``/api/conversations``), each visible to the API key that saved it only.
     """
     check_api_key(api_key)
     hosts = (
@@ -174,6 +178,22 @@ def mount_web(
             max_upload_bytes=max_upload_bytes if sessions is not None else 0,
         )
         return json_response(body)
+
+    def check_get(request: Request) -> str | None:
+        key = require_bearer(request, api_key)
+        require_same_origin(request, hosts)
+        return key
+
+    def check_post(request: Request) -> str | None:
+        return check_get(request)
+
+    mount_conversations(
+        app,
+        store,
+        check_get=check_get,
+        check_post=check_post,
+        valid_id=lambda cid: _CONVERSATION_ID.fullmatch(cid) is not None,
+    )
 
     def check_files(request: Request) -> None:
         require_bearer(request, api_key)

@@ -20,11 +20,13 @@ import { authHeaders, errorText, onUnauthorized } from "./api.js";
 import { cutAfterLastUser, lastUserIndex } from "./conversation.js";
 import { el } from "./dom.js";
 import { createFiles } from "./files.js";
+import { createHistory } from "./history.js";
 import { escapeHtml, renderMarkdown } from "./markdown.js";
 import { refreshCount } from "./meter.js";
 import { runAgent } from "./run.js";
 import {
   conversationId, emptyState, loadState, pruneStored, saveState, setApiKey, startConversation,
+  useConversation,
 } from "./store.js";
 import { drawConversation, errorBlock, noteBlock, userBlock } from "./view.js";
 
@@ -46,6 +48,7 @@ function setStatus(text) { $("status").textContent = text; }
 function save() {
   const warning = saveState(state);
   if (warning) setStatus(warning);
+  saved.save(state);
 }
 
 function nearBottom() { return main.scrollHeight - main.scrollTop - main.clientHeight < 80; }
@@ -83,6 +86,36 @@ function renderAll() {
   updateButtons();
 }
 
+const saved = createHistory({
+  section: $("history"),
+  list: $("history-list"),
+  status: setStatus,
+  currentId: () => state.id,
+  onOpen(data) {
+    if (controller) controller.abort();
+    controller = null;
+    if (!useConversation(data.id)) return;
+    state = {
+      ...emptyState(data.id),
+      messages: Array.isArray(data.messages) ? data.messages : [],
+      images: data.images && typeof data.images === "object" ? data.images : {},
+      ok: data.ok && typeof data.ok === "object" ? data.ok : {},
+      mode: typeof data.mode === "string" ? data.mode : "chat",
+      system: typeof data.system === "string" ? data.system : "",
+    };
+    saveState(state);
+    $("system").value = state.system;
+    files.clear();
+    applyMode();
+    renderAll();
+    setStatus("Conversation opened.");
+    refreshCount(state);
+  },
+  onDeleted(id) {
+    if (id === state.id) newChat();
+  },
+});
+
 const files = createFiles({
   list: $("file-list"),
   status: setStatus,
@@ -116,6 +149,7 @@ async function startRun() {
   $("empty").hidden = true;
   const { error, stopped } = await runAgent(page, controller.signal);
   saveState(own);
+  saved.save(own);
   if (own !== state) return; // "New chat" took over the page (and the controller) meanwhile
   if (error) showError(error);
   if (stopped) showNote("Stopped.");
@@ -221,7 +255,10 @@ $("key-form").addEventListener("submit", (e) => {
   $("api-key").value = "";
   $("key-form").hidden = true;
   setStatus("");
-  loadInfo().then(() => refreshCount(state));
+  loadInfo().then(() => {
+    refreshCount(state);
+    saved.refresh();
+  });
   prompt.focus();
 });
 $("composer").addEventListener("submit", (e) => { e.preventDefault(); send(); });
@@ -270,7 +307,10 @@ system.addEventListener("input", () => {
 
 renderAll();
 scrollDown(true);
-loadInfo().then(() => refreshCount(state));
+loadInfo().then(() => {
+  refreshCount(state);
+  saved.refresh();
+});
 prompt.focus();
 
 // For tests and the curious: the renderer is pure and safe to call.

@@ -29,6 +29,13 @@ export function conversationId() {
   return id;
 }
 
+// Make `id` this tab's conversation (one reopened from the server).
+export function useConversation(id) {
+  if (!ID.test(id)) return false;
+  sessionStorage.setItem(SESSION_KEY, id);
+  return true;
+}
+
 // Start a new conversation in this tab; returns its id.
 export function startConversation() {
   const id = newId();

@@ -1,0 +1,125 @@
+"""The web chat's conversations on the server: listed, reopened, saved and deleted, so that a
+conversation started in one browser can be continued in another. The page stays offline-first
+(its own storage is what it draws from); these routes are where it keeps a copy.
+
+Conversations live in the response store's database (:mod:`chatfmt.server.store`) and belong to
+the API key that saved them: one key never lists, reads or deletes another's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..server.errors import ApiError
+from ..server.http import json_response, read_json_body
+from ..server.openapi import error_responses, json_body
+from ..server.store import ResponseStore, owner_of
+
+#: The largest conversation kept (its JSON, images included).
+MAX_CONVERSATION_BYTES = 8 * 1024 * 1024
+_TITLE_CHARS = 80
+
+
+class ConversationState(BaseModel):
+    """A conversation as the page keeps it (``PUT /api/conversations/{id}``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    messages: list[dict[str, Any]] = Field(max_length=4096)
+    images: dict[str, Any] = Field(default_factory=dict)
+    ok: dict[str, Any] = Field(default_factory=dict)
+    mode: str = "chat"
+    system: str = ""
+
+
+def _title(state: ConversationState) -> str:
+    first = next((m for m in state.messages if m.get("role") == "user"), None)
+    text = first.get("content") if first else None
+    text = " ".join(text.split()) if isinstance(text, str) else ""
+    return (text[: _TITLE_CHARS - 1] + "…") if len(text) > _TITLE_CHARS else (text or "New chat")
+
+
+def mount_conversations(
+    app: FastAPI,
+    store: ResponseStore | None,
+    *,
+    check_get: Callable[[Request], str | None],
+    check_post: Callable[[Request], str | None],
+    valid_id: Callable[[str], bool],
+) -> None:
+    """``GET /api/conversations``, ``GET``/``PUT``/``DELETE /api/conversations/{id}``.
+    ``check_get`` / ``check_post`` authenticate (returning the key used) and refuse what the
+    page may not send; without a store, the list says so and the rest are 404s."""
+
+    def owner(request: Request, *, post: bool = False) -> str:
+        return owner_of((check_post if post else check_get)(request))
+
+    def kept() -> ResponseStore:
+        if store is None:
+            raise ApiError(
+                404, "this server keeps no conversations (--no-store)", type="not_found_error"
+            )
+        return store
+
+    def checked(cid: str) -> str:
+        if not valid_id(cid):
+            raise ApiError(
+                400, "a conversation id is 8-64 of [A-Za-z0-9_-]", param="conversation_id"
+            )
+        return cid
+
+    @app.get("/api/conversations", response_model=None, responses=error_responses(401, 403))
+    async def listing(request: Request) -> Response:
+        who = owner(request)
+        if store is None:
+            return json_response({"stored": False, "conversations": []})
+        rows = await asyncio.to_thread(store.conversations, who)
+        return json_response({"stored": True, "conversations": rows})
+
+    @app.get(
+        "/api/conversations/{cid}",
+        response_model=None,
+        responses=error_responses(400, 401, 403, 404),
+    )
+    async def load(request: Request, cid: str) -> Response:
+        who = owner(request)
+        state = await asyncio.to_thread(kept().load_conversation, who, checked(cid))
+        if state is None:
+            raise ApiError(404, f"conversation {cid!r} not found", type="not_found_error")
+        return json_response({"id": cid, **state})
+
+    @app.put(
+        "/api/conversations/{cid}",
+        response_model=None,
+        openapi_extra=json_body(ConversationState),
+        responses=error_responses(400, 401, 403, 413, 415),
+    )
+    async def save(request: Request, cid: str) -> Response:
+        who = owner(request, post=True)
+        checked(cid)
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) > MAX_CONVERSATION_BYTES:
+            raise ApiError(
+                413, f"a conversation is kept up to {MAX_CONVERSATION_BYTES // 2**20} MB"
+            )
+        state = await read_json_body(request, ConversationState)
+        data = state.model_dump()
+        await asyncio.to_thread(kept().save_conversation, who, cid, _title(state), data)
+        return json_response({"id": cid, "saved": True})
+
+    @app.delete(
+        "/api/conversations/{cid}",
+        response_model=None,
+        responses=error_responses(400, 401, 403, 404),
+    )
+    async def delete(request: Request, cid: str) -> Response:
+        who = owner(request, post=True)
+        gone = await asyncio.to_thread(kept().delete_conversation, who, checked(cid))
+        if not gone:
+            raise ApiError(404, f"conversation {cid!r} not found", type="not_found_error")
+        return json_response({"id": cid, "deleted": True})
