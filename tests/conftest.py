@@ -28,6 +28,20 @@ settings.register_profile("ci", max_examples=_EXAMPLES, deadline=None, derandomi
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests (and the servers they start) keep data (the response store) in a directory of
+    their own, never in the user's: a test run must not read or change a real store. The
+    model cache (XDG_CACHE_HOME) stays shared."""
+    saved = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    yield
+    if saved is None:
+        del os.environ["XDG_DATA_HOME"]
+    else:
+        os.environ["XDG_DATA_HOME"] = saved
+
+
 def _asset(relative: str) -> Path:
     path = ASSETS / relative
     if not path.is_file():
