@@ -284,9 +284,8 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
     @router.delete("/v1/responses/{rid}", response_model=None, responses=error_responses(401, 404))
     async def delete(request: Request, rid: str) -> Response:
         owner = owner_of(require_bearer(request, api_key))
-        await stored(request, rid)
-        assert svc.store is not None
-        await asyncio.to_thread(svc.store.delete, owner, rid)
+        if svc.store is None or not await asyncio.to_thread(svc.store.delete, owner, rid):
+            await stored(request, rid)  # answers the 404 that says why
         return json_response({"id": rid, "object": "response.deleted", "deleted": True})
 
     @router.get(

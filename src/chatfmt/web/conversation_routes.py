@@ -19,6 +19,7 @@ from ..server.errors import ApiError
 from ..server.http import json_response, read_json_body
 from ..server.openapi import error_responses, json_body
 from ..server.store import ResponseStore, owner_of
+from .schemas import CONVERSATION_ID
 
 #: The largest conversation kept (its JSON, images included).
 MAX_CONVERSATION_BYTES = 8 * 1024 * 1024
@@ -48,16 +49,14 @@ def mount_conversations(
     app: FastAPI,
     store: ResponseStore | None,
     *,
-    check_get: Callable[[Request], str | None],
-    check_post: Callable[[Request], str | None],
-    valid_id: Callable[[str], bool],
+    check: Callable[[Request], str | None],
 ) -> None:
     """``GET /api/conversations``, ``GET``/``PUT``/``DELETE /api/conversations/{id}``.
-    ``check_get`` / ``check_post`` authenticate (returning the key used) and refuse what the
-    page may not send; without a store, the list says so and the rest are 404s."""
+    ``check`` authenticates (returning the key used) and refuses what the page may not send;
+    without a store, the list says so and the rest are 404s."""
 
-    def owner(request: Request, *, post: bool = False) -> str:
-        return owner_of((check_post if post else check_get)(request))
+    def owner(request: Request) -> str:
+        return owner_of(check(request))
 
     def kept() -> ResponseStore:
         if store is None:
@@ -67,7 +66,7 @@ def mount_conversations(
         return store
 
     def checked(cid: str) -> str:
-        if not valid_id(cid):
+        if not CONVERSATION_ID.fullmatch(cid):
             raise ApiError(
                 400, "a conversation id is 8-64 of [A-Za-z0-9_-]", param="conversation_id"
             )
@@ -100,7 +99,7 @@ def mount_conversations(
         responses=error_responses(400, 401, 403, 413, 415),
     )
     async def save(request: Request, cid: str) -> Response:
-        who = owner(request, post=True)
+        who = owner(request)
         checked(cid)
         size = request.headers.get("content-length", "")
         if size.isdigit() and int(size) > MAX_CONVERSATION_BYTES:
@@ -118,7 +117,7 @@ def mount_conversations(
         responses=error_responses(400, 401, 403, 404),
     )
     async def delete(request: Request, cid: str) -> Response:
-        who = owner(request, post=True)
+        who = owner(request)
         gone = await asyncio.to_thread(kept().delete_conversation, who, checked(cid))
         if not gone:
             raise ApiError(404, f"conversation {cid!r} not found", type="not_found_error")

@@ -15,15 +15,13 @@ from ..server.errors import ApiError
 from ..server.http import json_response
 from ..server.openapi import error_responses
 from .files import FileError, check_name, list_files, open_download, save_upload
-from .schemas import FileEntry, FileList, UploadResponse
+from .schemas import CONVERSATION_ID, FileEntry, FileList, UploadResponse
 
 _UPLOAD_TYPE = "application/octet-stream"
 
 
 def _conversation_id(cid: str) -> str:
-    from .routes import _CONVERSATION_ID
-
-    if not _CONVERSATION_ID.fullmatch(cid):
+    if not CONVERSATION_ID.fullmatch(cid):
         raise ApiError(400, "a conversation id is 8-64 of [A-Za-z0-9_-]", param="conversation_id")
     return cid
 

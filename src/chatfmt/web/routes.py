@@ -14,7 +14,6 @@ browser cannot make a local server run code (a cross-site "simple" POST needs no
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -48,7 +47,7 @@ from .conversation_routes import mount_conversations
 from .file_routes import mount_files
 from .modes import INTERPRETER_TOOL, Modes
 from .page_events import agent_events, error_event
-from .schemas import AgentRequest, CountRequest, CountResponse, InfoResponse
+from .schemas import CONVERSATION_ID, AgentRequest, CountRequest, CountResponse, InfoResponse
 from .security import (
     LOOPBACK_HOSTS,
     SECURITY_HEADERS,
@@ -56,8 +55,6 @@ from .security import (
     SecureStatic,
     require_same_origin,
 )
-
-_CONVERSATION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 
 _Body = TypeVar("_Body", bound=BaseModel)
 
@@ -179,28 +176,15 @@ def mount_web(
         )
         return json_response(body)
 
-    def check_get(request: Request) -> str | None:
+    def check_page(request: Request) -> str | None:
+        """What every route of the page's own requests checks; the API key it carried."""
         key = require_bearer(request, api_key)
         require_same_origin(request, hosts)
         return key
 
-    def check_post(request: Request) -> str | None:
-        return check_get(request)
-
-    mount_conversations(
-        app,
-        store,
-        check_get=check_get,
-        check_post=check_post,
-        valid_id=lambda cid: _CONVERSATION_ID.fullmatch(cid) is not None,
-    )
-
-    def check_files(request: Request) -> None:
-        require_bearer(request, api_key)
-        require_same_origin(request, hosts)
-
+    mount_conversations(app, store, check=check_page)
     if sessions is not None:
-        mount_files(app, sessions, check=check_files, max_upload_bytes=max_upload_bytes)
+        mount_files(app, sessions, check=check_page, max_upload_bytes=max_upload_bytes)
 
     @app.post(
         "/api/count",
@@ -240,7 +224,7 @@ def mount_web(
         if problem is not None:
             raise ApiError(400, problem, param="mode")
         cid = body.conversation_id
-        if body.mode == "interpreter" and (cid is None or not _CONVERSATION_ID.fullmatch(cid)):
+        if body.mode == "interpreter" and (cid is None or not CONVERSATION_ID.fullmatch(cid)):
             raise ApiError(
                 400,
                 "interpreter mode needs a conversation_id (8-64 of [A-Za-z0-9_-])",

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..server.schemas import ToolList
 from .modes import Mode
+
+#: A browser conversation's id, as the page makes it (``store.js``).
+CONVERSATION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 
 
 class _Strict(BaseModel):
