@@ -86,6 +86,12 @@ class ServerMetrics:
         self.queued = Gauge(
             "chatfmt_engine_queue_depth", "Requests waiting for a free slot.", registry=r
         )
+        self.continuations = Counter(
+            "chatfmt_responses_continued",
+            "Responses that continued a stored conversation, by how its earlier part was "
+            "sent: the exact ids kept with it, or rendered again.",
+            ["prompt"], registry=r,
+        )  # fmt: skip
 
     def completion(self, prompt: int, completion: int, ttft: float, decode: float) -> None:
         """Record one finished completion: token counts, time to first token, and the time
@@ -95,6 +101,10 @@ class ServerMetrics:
         self.ttft.observe(ttft)
         if completion > 1:
             self.tpot.observe(decode / (completion - 1))
+
+    def continued(self, exact: bool) -> None:
+        """Count one continued stored conversation."""
+        self.continuations.labels("exact" if exact else "rendered").inc()
 
     async def page(self) -> bytes:
         """The Prometheus text page, with the engine's gauges read now."""

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -29,9 +30,9 @@ from .http import ApiKeys, json_bytes, json_response, read_json_body, require_be
 from .openapi import error_responses
 from .responses_input import ResponsesRequest, chat_request, input_items, to_messages
 from .responses_output import OutputBuilder, item_id
-from .service import ChatService, Prepared, engine_tail
+from .service import ChatService, Continuation, Prepared, Turn, engine_tail
 from .sse import ClientGone, sse_response, until_disconnect
-from .store import BrokenChain, ResponseStore, owner_of
+from .store import BrokenChain, Chain, ExactIds, ResponseStore, owner_of
 
 log = logging.getLogger("chatfmt.server")
 
@@ -80,6 +81,7 @@ class ResponsesService:
         items = input_items(req)
         new = to_messages(items)
         history: list[dict[str, Any]] = []
+        chain: Chain | None = None
         if req.previous_response_id is not None:
             if self.store is None:
                 raise ApiError(
@@ -89,14 +91,12 @@ class ResponsesService:
                     param="previous_response_id",
                 )
             try:
-                stored = await asyncio.to_thread(
-                    self.store.conversation, owner, req.previous_response_id
-                )
+                chain = await asyncio.to_thread(self.store.chain, owner, req.previous_response_id)
             except BrokenChain as exc:
                 raise ApiError(
                     404, str(exc), param="previous_response_id", code="previous_response_not_found"
                 ) from None
-            if stored is None:
+            if chain is None:
                 raise ApiError(
                     404,
                     f"previous response {req.previous_response_id!r} not found",
@@ -104,12 +104,19 @@ class ResponsesService:
                     param="previous_response_id",
                     code="previous_response_not_found",
                 )
-            history = stored
+            history = chain.messages
         try:
             chat = chat_request(req, history, new)
         except ValidationError as exc:
             raise validation_error(exc.errors()) from None
-        prep = await self.chat.prepare_async(chat)
+        continuation = None
+        if chain is not None and chain.ids is not None and chain.view is not None:
+            # The stored reply is the message right before this request's new ones.
+            before_reply = len(chat.messages) - len(new) - 1
+            continuation = Continuation(chain.ids, chain.view, before_reply)
+        prep = await self.chat.prepare_async(chat, continuation=continuation, view=True)
+        if chain is not None and self.chat.metrics is not None:
+            self.chat.metrics.continued(prep.exact_base > 0)
         return prep, items, history + new, new
 
     def response(
@@ -149,22 +156,37 @@ class ResponsesService:
             "metadata": req.metadata or {},
         }
 
+    def finished(
+        self, rid: str, created: float, req: ResponsesRequest, prep: Prepared, done: Generated
+    ) -> dict[str, Any]:
+        """The response body once the generation ``done``."""
+        status = "incomplete" if done.length else "completed"
+        usage = _usage(len(prep.prompt_ids), done.n_completion, done.cached)
+        return self.response(
+            rid, created, req, status, done.builder.items, usage, incomplete=done.length
+        )
+
     async def keep(
         self,
         owner: str,
         response: dict[str, Any],
         items: list[dict[str, Any]],
         new: list[dict[str, Any]],
+        prep: Prepared,
+        generated: Generated,
     ) -> None:
         """Store the response with the messages it added (when asked and possible). The reply
         is written as the client saw it, from the output items (text the call policy demoted
-        included), so a continued conversation renders what the client would send back. A
-        store that fails is logged: the answer is not lost for it."""
+        included), so a continued conversation renders what the client would send back; its
+        exact ids are kept too when they say the same (see :func:`_exact`). A store that
+        fails is logged: the answer is not lost for it."""
         if self.store is None or not response["store"]:
             return
+        reply = _reply(response)
+        exact = _exact(prep, generated, reply, self.chat.stop_ids)
         try:
             await asyncio.to_thread(
-                self.store.put, owner, response, _stored_items(items), [*new, _reply(response)]
+                self.store.put, owner, response, _stored_items(items), [*new, reply], exact
             )
         except Exception:
             log.exception("storing response %s failed", response["id"])
@@ -172,20 +194,68 @@ class ResponsesService:
 
 
 def _reply(response: dict[str, Any]) -> dict[str, Any]:
-    """The response's output as one assistant chat message."""
-    text, calls = [], []
+    """The response's output as one assistant chat message (reasoning included)."""
+    text, calls, reasoning = [], [], []
     for item in response["output"]:
         if item["type"] == "message":
             text += [part.get("text", "") for part in item["content"]]
         elif item["type"] == "function_call":
             function = {"name": item["name"], "arguments": item["arguments"] or "{}"}
             calls.append({"id": item["call_id"], "type": "function", "function": function})
+        elif item["type"] == "reasoning":
+            reasoning += [part.get("text", "") for part in item.get("content") or ()]
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
     if calls:
         message["tool_calls"] = calls
-    elif message["content"] is None:
+    elif message["content"] is None and not reasoning:
         message["content"] = ""
     return message
+
+
+@dataclass
+class Generated:
+    """What one generation gave: token counts, the output items, and the reply's ids."""
+
+    n_completion: int
+    length: bool
+    builder: OutputBuilder
+    cached: int | None
+    turn: Turn
+    #: The ids the engine produced, up to the stop token (``None``: the engine gave text).
+    ids: list[int] | None
+
+
+def _exact(
+    prep: Prepared, generated: Generated, reply: dict[str, Any], stop_ids: frozenset[int]
+) -> ExactIds | None:
+    """The exchange's exact ids to keep, or ``None`` when they would not say what the client
+    was told: the engine gave text rather than ids, a stop string cut the reply, or the reply
+    the client saw differs from the one the ids parse to (a call demoted to text by the
+    request's call policy, a call cut off)."""
+    ids, turn = generated.ids, generated.turn
+    if ids is None or prep.view is None or turn.decoder.stopped_by == "string":
+        return None
+    for i, token in enumerate(ids):
+        if token in stop_ids:
+            ids = ids[:i]
+            break
+    parsed = turn.decoder.result()
+    try:
+        calls = [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls]
+        shown = [
+            (c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in reply.get("tool_calls") or ()
+        ]
+    except ValueError:
+        return None
+    if (parsed.content or "") != (reply["content"] or "") or calls != shown:
+        return None
+    if (parsed.reasoning or "") != reply.get("reasoning_content", ""):
+        return None
+    base = prep.exact_base
+    return ExactIds(prep.view, base, [*prep.prompt_ids[base:], *ids])
 
 
 def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
@@ -198,18 +268,21 @@ def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
     }
 
 
-async def _generate(
-    svc: ResponsesService, prep: Prepared, on_events: Any
-) -> tuple[int, bool, OutputBuilder, int | None]:
+async def _generate(svc: ResponsesService, prep: Prepared, on_events: Any) -> Generated:
     """Run the generation, handing each step's stream events to ``on_events``."""
     turn = svc.chat.turn(prep)
     builder = OutputBuilder()
     await on_events(builder.feed(turn.prefill(prep.prefill)))
     n_completion, length, cached = 0, False, None
+    produced: list[int] | None = []
     stream = svc.chat.engine.stream(prep.prompt_ids, prep.params)
     try:
         async for chunk in stream:
             n_completion += len(chunk.token_ids)
+            if produced is not None and chunk.exact_ids:
+                produced.extend(chunk.token_ids)
+            elif produced is not None:
+                produced = None
             if chunk.cached_tokens is not None:
                 cached = chunk.cached_tokens
             events = turn.chunk(chunk)
@@ -225,7 +298,7 @@ async def _generate(
         with anyio.CancelScope(shield=True):
             await stream.aclose()
     await on_events(builder.finish(cut=length))
-    return n_completion, length, builder, cached
+    return Generated(n_completion, length, builder, cached, turn, produced)
 
 
 def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRouter:
@@ -248,17 +321,13 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
             return None
 
         try:
-            n, length, builder, cached = await until_disconnect(
-                request, _generate(svc, prep, ignore)
-            )
+            done = await until_disconnect(request, _generate(svc, prep, ignore))
         except EngineError as exc:
             raise engine_api_error(exc) from None
         except ClientGone:
             return Response(status_code=499)
-        status = "incomplete" if length else "completed"
-        usage = _usage(len(prep.prompt_ids), n, cached)
-        body = svc.response(rid, created, req, status, builder.items, usage, incomplete=length)
-        await svc.keep(owner, body, items, new)
+        body = svc.finished(rid, created, req, prep, done)
+        await svc.keep(owner, body, items, new, prep, done)
         return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
 
     async def stored(request: Request, rid: str) -> Any:
@@ -354,7 +423,7 @@ async def _stream(
         while (events := await queue.get()) is not None:
             for event in events:
                 yield frame(event)
-        n, length, builder, cached = task.result()
+        done = task.result()
     except EngineError as exc:
         error = engine_api_error(exc)
         failed = svc.response(rid, created, req, "failed", [], None)
@@ -378,8 +447,6 @@ async def _stream(
             task.cancel()
             with anyio.CancelScope(shield=True):
                 await asyncio.gather(task, return_exceptions=True)
-    status = "incomplete" if length else "completed"
-    usage = _usage(len(prep.prompt_ids), n, cached)
-    body = svc.response(rid, created, req, status, builder.items, usage, incomplete=length)
-    await svc.keep(owner, body, items, new)
-    yield frame({"type": f"response.{status}", "response": body})
+    body = svc.finished(rid, created, req, prep, done)
+    await svc.keep(owner, body, items, new, prep, done)
+    yield frame({"type": f"response.{body['status']}", "response": body})

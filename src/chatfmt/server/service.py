@@ -12,7 +12,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -42,6 +42,7 @@ from .schemas import (
     Usage,
 )
 from .sse import DONE, sse_event
+from .store import view_of
 from .wire import ROLE_CHOICE, assistant_message, chunk_choices
 
 #: Requests with less message text than this are rendered on the event loop: a thread hop
@@ -146,6 +147,21 @@ async def engine_tail(
     return cached
 
 
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """A stored conversation's exact ids, to send instead of re-rendering what they hold.
+
+    ``ids`` are the exchange so far as the engine saw and produced it, the last reply without
+    its stop token; ``view`` the digest of that last prompt as chatfmt renders it (see
+    :class:`~.store.ExactIds`); ``before_reply``: how many of the request's messages come
+    before that reply (the reply is the next one).
+    """
+
+    ids: Sequence[int]
+    view: str
+    before_reply: int
+
+
 @dataclass
 class Prepared:
     """A validated, rendered request, ready for the engine."""
@@ -160,6 +176,10 @@ class Prepared:
     #: Tools the reply may call (``None``: any) and how many calls it may make.
     allowed_calls: frozenset[str] | None = None
     max_calls: int | None = None
+    #: The digest of the prompt as rendered (``None`` unless asked for), and how many of
+    #: ``prompt_ids`` are a stored conversation's exact ids (0: all rendered).
+    view: str | None = None
+    exact_base: int = 0
 
     def policy(self) -> CallPolicy:
         return CallPolicy(self.allowed_calls, self.max_calls)
@@ -195,16 +215,34 @@ class ChatService:
 
     # ==== Request → prompt ====
 
-    async def prepare_async(self, req: ChatCompletionRequest) -> Prepared:
+    async def prepare_async(
+        self,
+        req: ChatCompletionRequest,
+        *,
+        continuation: Continuation | None = None,
+        view: bool = False,
+    ) -> Prepared:
         """:meth:`prepare` without blocking the event loop on a long conversation."""
         if _text_size(req) <= INLINE_RENDER_CHARS and not self._needs_vocabulary_scan(req):
-            return self.prepare(req)
+            return self.prepare(req, continuation=continuation, view=view)
         # Rendering a long conversation is CPU work: keep it off the event loop. The tokenizer
         # releases the GIL while it encodes, so the loop serves other requests meanwhile.
-        return await asyncio.to_thread(self.prepare, req)
+        return await asyncio.to_thread(
+            lambda: self.prepare(req, continuation=continuation, view=view)
+        )
 
-    def prepare(self, req: ChatCompletionRequest) -> Prepared:
-        """Validate and render a request (blocking, but never waiting for another render)."""
+    def prepare(
+        self,
+        req: ChatCompletionRequest,
+        *,
+        continuation: Continuation | None = None,
+        view: bool = False,
+    ) -> Prepared:
+        """Validate and render a request (blocking, but never waiting for another render).
+
+        With a ``continuation`` whose view is this request's render of the same messages, its
+        exact ids stand in for them (see :meth:`_splice`); ``view`` asks for the digest of the
+        rendered prompt (:attr:`Prepared.view`), to store with the reply."""
         if req.n is not None and req.n != 1:
             raise ApiError(
                 400,
@@ -229,12 +267,15 @@ class ChatService:
         prefill = self._forced_call(req, tools) if grammar is None else ()
         try:
             conv = Conversation(messages=tuple(messages), tools=tuple(tools))
-            rendered, prefill_ids = self._render(conv, prefill, _text_size(req))
+            rendered, prefill_ids, spliced = self._render(
+                conv, prefill, _text_size(req), continuation
+            )
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
         except (ChatFmtError, ValueError) as exc:
             raise ApiError(400, str(exc)) from None
-        ids = rendered.ids + prefill_ids if prefill_ids else rendered.ids
+        prompt = rendered.ids if spliced is None else spliced
+        ids = prompt + prefill_ids if prefill_ids else prompt
         n_prompt = len(ids)
         context = self.engine.context_length
         requested = req.requested_max_tokens
@@ -284,13 +325,27 @@ class ChatService:
         allowed = frozenset() if choice == "none" else declared
         single = isinstance(choice, NamedToolChoice) or req.parallel_tool_calls is False
         return Prepared(
-            ids, params, stops, req.stream, include_usage, pieces, allowed, 1 if single else None
+            ids,
+            params,
+            stops,
+            req.stream,
+            include_usage,
+            pieces,
+            allowed,
+            1 if single else None,
+            view=view_of(rendered.ids) if view else None,
+            exact_base=0 if spliced is None or continuation is None else len(continuation.ids),
         )
 
     def _render(
-        self, conv: Conversation, prefill: tuple[Segment, ...], size: int
-    ) -> tuple[RenderedPrompt, list[int]]:
-        """The prompt's ids and those of the forced-call prefix.
+        self,
+        conv: Conversation,
+        prefill: tuple[Segment, ...],
+        size: int,
+        continuation: Continuation | None = None,
+    ) -> tuple[RenderedPrompt, list[int], list[int] | None]:
+        """The prompt's ids, those of the forced-call prefix, and the prompt with a
+        continuation's exact ids spliced in (``None``: not possible, see :meth:`_splice`).
 
         The shared, cached encoder serves a request of ordinary size when no other render is
         using it; otherwise this render takes an encoder of its own, so that no request ever
@@ -301,10 +356,52 @@ class ChatService:
         try:
             rendered = self.dialect.render(conv, self.tokenizer, encoder=encoder)
             prefill_ids = list(encoder.encode_block(Block(prefill))) if prefill else []
+            spliced = None
+            if continuation is not None:
+                spliced = self._splice(conv, rendered.ids, continuation, encoder)
         finally:
             if shared:
                 self._render_lock.release()
-        return rendered, prefill_ids
+        return rendered, prefill_ids, spliced
+
+    def _splice(
+        self,
+        conv: Conversation,
+        ids: list[int],
+        continuation: Continuation,
+        encoder: BlockEncoder,
+    ) -> list[int] | None:
+        """``ids`` (the rendered prompt) with the stored exchange's exact ids in place of the
+        messages up to its reply, or ``None`` when they cannot stand in.
+
+        They can when this request renders the messages before the reply exactly as the stored
+        prompt was rendered (same view: same system text, tools, messages), the reply and what
+        follows it extend that render (the format renders turns independently), and the
+        reply's render ends at a stop token within or right after it (``<|im_end|>``,
+        ``<|eot_id|>``, ChatGLM3's next role token): the exact ids then replace everything up
+        to that token, which the engine never cached, having stopped at it.
+        """
+        n = continuation.before_reply
+        messages = conv.messages
+        if not 0 < n < len(messages) or not self.dialect.renders_turns_independently(conv):
+            return None
+        try:
+            before = Conversation(messages=messages[:n], tools=conv.tools)
+            view = self.dialect.render(before, self.tokenizer, encoder=encoder).ids
+            with_reply = Conversation(messages=messages[: n + 1], tools=conv.tools)
+            replied = self.dialect.render(
+                with_reply, self.tokenizer, encoder=encoder, add_generation_prompt=False
+            ).ids
+        except (ChatFmtError, ValueError):
+            return None
+        start, end = len(view), len(replied)
+        if view_of(view) != continuation.view or ids[:end] != replied or replied[:start] != view:
+            return None
+        stops = self.stop_ids
+        for k in range(start, min(end + 1, len(ids))):
+            if ids[k] in stops:
+                return [*continuation.ids, *ids[k:]]
+        return None
 
     def _needs_vocabulary_scan(self, req: ChatCompletionRequest) -> bool:
         """Whether :meth:`_check_text_fits` would first scan the vocabulary (tens of ms)."""

@@ -10,7 +10,13 @@ without keys): one key never reads, lists or deletes another's.
 WAL mode lets readers go on while one request writes; every call runs on a worker thread with
 its own short transaction, under one lock (SQLite serialises writers anyway). The schema
 carries its version in ``PRAGMA user_version`` and is migrated on open. Rows older than
-``max_age_days`` are deleted as new ones are written (at most once a minute).
+``max_age_days`` are deleted as new ones are written (at most once a minute), and the oldest
+go first when the data outgrows ``max_mb``. Deleted rows are overwritten on disk
+(``secure_delete``), so a key's data deleted is gone, not left in free pages.
+
+A row also keeps the exact token ids of its exchange (:class:`ExactIds`): the prompt the engine
+saw and the reply it produced, as the part added to the previous response's ids, so that a
+continued conversation is sent to the engine as the very ids it has cached.
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ import hashlib
 import json
 import os
 import sqlite3
+import sys
 import threading
 import time
+from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +69,12 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX conversations_updated ON conversations (updated_at);
     """,
+    # The exact ids of each exchange (ExactIds); NULL in older rows (continued by rendering).
+    """
+    ALTER TABLE responses ADD COLUMN view TEXT;
+    ALTER TABLE responses ADD COLUMN ids_base INTEGER;
+    ALTER TABLE responses ADD COLUMN ids BLOB;
+    """,
 )
 #: How often (seconds) writes also delete rows past their age.
 _PRUNE_EVERY = 60.0
@@ -78,6 +93,65 @@ class BrokenChain(ChatFmtError):
     """An earlier response of a conversation is gone (deleted, or past its age)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ExactIds:
+    """The ids of one stored exchange, kept so that continuing it re-uses them.
+
+    ``view`` names the prompt as chatfmt renders the conversation before the reply (a digest of
+    its ids): a continuation whose render starts with that same view may put the exact ids in
+    its place. ``base`` ids come from the previous response's exact ids (0: none, this row
+    holds all of them); ``tail`` is the rest: the new prompt ids, then the reply's.
+    """
+
+    view: str
+    base: int
+    tail: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A stored conversation up to one response: its chat messages, and the exact ids of the
+    whole exchange so far with the view of its last prompt (``None``: not kept)."""
+
+    messages: list[dict[str, Any]]
+    ids: list[int] | None = None
+    view: str | None = None
+
+
+def view_of(ids: Sequence[int]) -> str:
+    """The digest that names a rendered prompt (see :class:`ExactIds`)."""
+    return hashlib.sha256(_pack(ids)).hexdigest()
+
+
+def _pack(ids: Sequence[int]) -> bytes:
+    packed = array("I", ids)
+    if sys.byteorder == "big":  # the file is the same on every machine: little-endian
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(blob: bytes) -> list[int]:
+    ids = array("I")
+    ids.frombytes(blob)
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids.tolist()
+
+
+def _exact_ids(
+    pieces: list[tuple[int, bytes]], view: str | None
+) -> tuple[list[int] | None, str | None]:
+    """A chain's exact ids from its rows' pieces (newest first, ending at an anchor)."""
+    if not pieces or view is None or pieces[-1][0] != 0:
+        return None, None
+    ids: list[int] = []
+    for base, tail in reversed(pieces):
+        if base > len(ids):
+            return None, None  # a row that claims more than its predecessor kept
+        ids[base:] = _unpack(tail)
+    return ids, view
+
+
 class StoredResponse:
     """One row: the response JSON and its input items."""
 
@@ -94,9 +168,16 @@ class StoredResponse:
 class ResponseStore:
     """The responses database at ``path`` (``":memory:"`` for tests)."""
 
-    def __init__(self, path: str | Path, *, max_age_days: float | None = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_age_days: float | None = 30.0,
+        max_mb: float | None = None,
+    ) -> None:
         self.path = str(path)
         self.max_age_days = max_age_days
+        self.max_mb = max_mb
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +189,7 @@ class ResponseStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA secure_delete=ON")
             self._migrate()
         except (sqlite3.Error, OSError) as exc:
             raise ChatFmtError(
@@ -142,8 +224,10 @@ class ResponseStore:
         response: dict[str, Any],
         input_items: Sequence[dict[str, Any]],
         messages: Sequence[dict[str, Any]],
+        exact: ExactIds | None = None,
     ) -> None:
-        """Keep a response, its input items and the chat messages it added."""
+        """Keep a response, its input items, the chat messages it added and, when known, the
+        exact ids of its exchange."""
         now = time.time()
         row = (
             response["id"],
@@ -154,23 +238,60 @@ class ResponseStore:
             json.dumps(list(input_items), ensure_ascii=False),
             "null",
             json.dumps(list(messages), ensure_ascii=False),
+            None if exact is None else exact.view,
+            None if exact is None else exact.base,
+            None if exact is None else _pack(exact.tail),
         )
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute(
                     "INSERT INTO responses (id, owner, previous_id, created_at, response, "
-                    "input_items, conversation, messages) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "input_items, conversation, messages, view, ids_base, ids) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     row,
                 )
                 if self.max_age_days is not None and now - self._pruned > _PRUNE_EVERY:
                     cutoff = now - self.max_age_days * 86400
                     self._db.execute("DELETE FROM responses WHERE created_at < ?", (cutoff,))
                     self._pruned = now
+                self._fit_size()
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def _used_bytes(self) -> int:
+        page_size, pages, free = (
+            self._db.execute(f"PRAGMA {name}").fetchone()[0]
+            for name in ("page_size", "page_count", "freelist_count")
+        )
+        return int(page_size * (pages - free))
+
+    def _fit_size(self) -> None:
+        """Delete the oldest rows (responses and web conversations alike) while the data is
+        over ``max_mb``; the newest row always stays."""
+        if self.max_mb is None:
+            return
+        limit = self.max_mb * 1024 * 1024
+        while self._used_bytes() > limit:
+            r_first, r_n = self._db.execute(
+                "SELECT MIN(created_at), COUNT(*) FROM responses"
+            ).fetchone()
+            c_first, c_n = self._db.execute(
+                "SELECT MIN(updated_at), COUNT(*) FROM conversations"
+            ).fetchone()
+            if c_n > 1 and (r_n <= 1 or c_first < r_first):
+                table, column, n = "conversations", "updated_at", c_n
+            elif r_n > 1:
+                table, column, n = "responses", "created_at", r_n
+            else:
+                return
+            self._db.execute(
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
+                f"ORDER BY {column} LIMIT ?)",
+                (max(1, min(n - 1, n // 16)),),
+            )
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
         """The owner's response ``response_id`` (``None``: none, or another owner's)."""
@@ -187,13 +308,23 @@ class ResponseStore:
         """The chat messages of the conversation up to and including ``response_id``
         (``None``: no such response of this owner); :class:`BrokenChain` when an earlier
         response of it is gone."""
+        chain = self.chain(owner, response_id)
+        return None if chain is None else chain.messages
+
+    def chain(self, owner: str, response_id: str) -> Chain | None:
+        """The conversation up to and including ``response_id`` (``None``: no such response
+        of this owner), with its exact ids where every row they come from kept them;
+        :class:`BrokenChain` when an earlier response of it is gone."""
         parts: list[list[dict[str, Any]]] = []
+        pieces: list[tuple[int, bytes]] = []  # (base, tail) from the newest back to an anchor
+        view: str | None = None
+        exact = True  # the ids are still being followed back
         current: str | None = response_id
         with self._lock:
             while current is not None and len(parts) < MAX_CHAIN:
                 row = self._db.execute(
-                    "SELECT previous_id, conversation, messages FROM responses "
-                    "WHERE id = ? AND owner = ?",
+                    "SELECT previous_id, conversation, messages, view, ids_base, ids "
+                    "FROM responses WHERE id = ? AND owner = ?",
                     (current, owner),
                 ).fetchone()
                 if row is None:
@@ -203,13 +334,22 @@ class ResponseStore:
                         f"response {current!r}, an earlier part of this conversation, is gone "
                         "(deleted or past its age); start a new conversation"
                     )
-                previous, whole, added = row
+                previous, whole, added, row_view, base, tail = row
+                if not parts:
+                    view = row_view
+                if exact:
+                    if tail is None or base is None:
+                        pieces, exact = [], False  # not kept: the conversation is rendered
+                    else:
+                        pieces.append((base, tail))
+                        exact = base > 0
                 if added is None:  # a version-1 row: it holds the whole conversation
                     parts.append(json.loads(whole))
                     break
                 parts.append(json.loads(added))
                 current = previous
-        return [m for part in reversed(parts) for m in part]
+        messages = [m for part in reversed(parts) for m in part]
+        return Chain(messages, *_exact_ids(pieces, view))
 
     # ==== The web chat's conversations ====
 
@@ -226,6 +366,7 @@ class ResponseStore:
             if self.max_age_days is not None:
                 cutoff = now - self.max_age_days * 86400
                 self._db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,))
+            self._fit_size()
 
     def conversations(self, owner: str, limit: int = 100) -> list[dict[str, Any]]:
         """``owner``'s web conversations, newest first: id, title, updated_at."""
@@ -258,16 +399,72 @@ class ResponseStore:
             )
         return cursor.rowcount > 0
 
-    def delete_owner(self, owner: str) -> int:
-        """Delete everything one key stored (responses and web conversations); how many."""
+    def delete_owner(self, owner: str) -> tuple[int, int]:
+        """Delete everything one key stored: how many responses and web conversations. The
+        rows are overwritten in the file and the write-ahead log is emptied, so no copy of
+        them stays on disk."""
         with self._lock:
-            cursor = self._db.execute("DELETE FROM responses WHERE owner = ?", (owner,))
-            gone = self._db.execute("DELETE FROM conversations WHERE owner = ?", (owner,))
-        return cursor.rowcount + gone.rowcount
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                responses = self._db.execute("DELETE FROM responses WHERE owner = ?", (owner,))
+                conversations = self._db.execute(
+                    "DELETE FROM conversations WHERE owner = ?", (owner,)
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return responses.rowcount, conversations.rowcount
 
     def count(self) -> int:
         with self._lock:
             n: int = self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        return n
+
+    def info(self) -> dict[str, Any]:
+        """What the store holds: schema version, rows, owners, bytes in use."""
+        with self._lock:
+            db = self._db
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            responses, owners = db.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT owner) FROM responses"
+            ).fetchone()
+            conversations = db.execute("SELECT COUNT(*) FROM conversations").fetchone()[0]
+            oldest = db.execute(
+                "SELECT MIN(t) FROM (SELECT MIN(created_at) AS t FROM responses "
+                "UNION ALL SELECT MIN(updated_at) FROM conversations)"
+            ).fetchone()[0]
+            used = self._used_bytes()
+        return {
+            "path": self.path,
+            "schema_version": version,
+            "responses": responses,
+            "conversations": conversations,
+            "owners_with_responses": owners,
+            "bytes_used": used,
+            "oldest": oldest,
+            "max_age_days": self.max_age_days,
+            "max_mb": self.max_mb,
+        }
+
+    def prune(self) -> int:
+        """Apply the age and size limits now; how many rows went."""
+        with self._lock:
+            before = self._rows()
+            now = time.time()
+            if self.max_age_days is not None:
+                cutoff = now - self.max_age_days * 86400
+                self._db.execute("DELETE FROM responses WHERE created_at < ?", (cutoff,))
+                self._db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,))
+            self._fit_size()
+            self._pruned = now
+            return before - self._rows()
+
+    def _rows(self) -> int:
+        n: int = self._db.execute(
+            "SELECT (SELECT COUNT(*) FROM responses) + (SELECT COUNT(*) FROM conversations)"
+        ).fetchone()[0]
         return n
 
     def integrity(self) -> str:
