@@ -227,13 +227,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        from .serve import run_server
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"the server is not available ({exc}); install it with `pip install 'chatfmt[all]'`"
-        ) from None
+def read_keys(args: argparse.Namespace) -> list[str]:
+    """The API keys of ``--api-key`` (repeatable) and ``--api-key-file`` (one per line)."""
     keys = list(args.api_key or ())
     if args.api_key_file is not None:
         try:
@@ -245,9 +240,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _fail("--api-key is empty; give a secret, or leave the option out for no key")
     if args.api_key_file is not None and not keys:
         _fail(f"--api-key-file {args.api_key_file} holds no key (one key per line)")
+    return keys
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .serve import run_server
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"the server is not available ({exc}); install it with `pip install 'chatfmt[all]'`"
+        ) from None
     from ..server.http import check_api_key
 
-    api_key = keys or None
+    api_key = read_keys(args) or None
     check_api_key(api_key)  # before the model loads: a key no client could send
     tools = load_tools_file(args.tools) if args.tools else None
     if not 0 < args.max_upload_mb <= args.max_body_mb:
@@ -298,6 +303,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_key=api_key,
         store=None if args.no_store else (args.store or default_store_path()),
         store_max_age_days=args.store_max_age_days,
+        store_max_mb=args.store_max_mb or None,
         n_threads=args.threads,
         parallel=args.parallel,
         drain_timeout=args.drain_timeout,
@@ -476,6 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-store", action="store_true", help="keep no responses")
     p.add_argument("--store-max-age-days", type=float, default=30.0, metavar="DAYS",
                    help="delete stored responses older than this (default: 30)")  # fmt: skip
+    p.add_argument("--store-max-mb", type=float, default=1024.0, metavar="MB",
+                   help="past this much stored data, the oldest responses and web chat "
+                   "conversations go first; 0 for no limit (default: 1024)")  # fmt: skip
     p.add_argument("--threads", type=int, help="CPU threads for the local model")
     p.add_argument(
         "--parallel",
@@ -540,6 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_kernel_options(p)
     p.add_argument("--no-web", action="store_true", help="serve only the API, no web chat")
     p.set_defaults(func=cmd_serve)
+
+    from .store import add_store_parser
+
+    add_store_parser(sub)
     return parser
 
 

@@ -150,6 +150,7 @@ def run_server(
     configure: Callable[[Any, Engine, Dialect], None] | None = None,
     store: str | None = None,
     store_max_age_days: float | None = 30.0,
+    store_max_mb: float | None = None,
 ) -> None:
     """Serve ``model`` over HTTP until interrupted; prints the URL once it is accepting.
 
@@ -160,7 +161,7 @@ def run_server(
     what one request or client may take (body size, messages, tools, header time, connections).
     ``call_grammar=False`` leaves calls the model may choose to make unconstrained.
     ``store`` is the SQLite file that keeps Responses API responses (``None``: none are kept);
-    rows older than ``store_max_age_days`` are deleted.
+    rows older than ``store_max_age_days`` are deleted, and the oldest past ``store_max_mb``.
 
     Raises :class:`~chatfmt.errors.ChatFmtError` (or ``MissingDependencyError``) with a
     message naming the fix when the model, engine or extras are missing.
@@ -172,7 +173,11 @@ def run_server(
     from ..server.store import ResponseStore
 
     limits = limits or DEFAULT_LIMITS
-    kept = ResponseStore(store, max_age_days=store_max_age_days) if store is not None else None
+    kept = (
+        ResponseStore(store, max_age_days=store_max_age_days, max_mb=store_max_mb)
+        if store is not None
+        else None
+    )
 
     stream = out or sys.stdout
     # A named dialect is checked before the model loads; else the model's vocabulary tells.

@@ -1,0 +1,78 @@
+"""``chatfmt store`` on a real store file, as an operator runs it: what it holds, one key's
+data deleted (the other key's kept), pruning, and the errors that name the fix."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from chatfmt.server.store import ResponseStore, owner_of
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chatfmt.cli", "store", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def fill(path: Path) -> None:
+    store = ResponseStore(path)
+    for key, n in (("alice-key", 3), ("bob-key", 2), (None, 1)):
+        for i in range(n):
+            rid = f"resp_{key}_{i}"
+            body = {"id": rid, "previous_response_id": None, "output": []}
+            store.put(owner_of(key), body, [], [{"role": "user", "content": f"{key} {i}"}])
+    store.save_conversation(owner_of("alice-key"), "c1", "Alice's chat", {"messages": []})
+    store.close()
+
+
+def test_info_delete_and_prune(tmp_path: Path) -> None:
+    path = tmp_path / "responses.sqlite3"
+    fill(path)
+    info = run("info", "--store", str(path))
+    assert info.returncode == 0, info.stderr
+    shown = json.loads(info.stdout)
+    assert shown["responses"] == 6 and shown["conversations"] == 1
+    assert shown["owners_with_responses"] == 3 and shown["schema_version"] == 4
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# Alice asked for her data to be deleted\nalice-key\n")
+    gone = run("delete", "--store", str(path), "--api-key-file", str(keys))
+    assert gone.returncode == 0, gone.stderr
+    assert "deleted 3 response(s) and 1 web chat conversation(s)" in gone.stdout
+    store = ResponseStore(path)
+    assert store.get(owner_of("alice-key"), "resp_alice-key_0") is None
+    assert store.get(owner_of("bob-key"), "resp_bob-key_0") is not None
+    store.close()
+    assert b"alice-key 0" not in path.read_bytes()
+
+    keyless = run("delete", "--store", str(path), "--no-key")
+    assert "deleted 1 response(s)" in keyless.stdout
+    assert run("prune", "--store", str(path)).stdout.strip() == "deleted 0 row(s) past the limits"
+    # Rows from before the age limit go.
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE responses SET created_at = ?", (time.time() - 3 * 86400,))
+    pruned = run("prune", "--store", str(path), "--max-age-days", "1")
+    assert pruned.stdout.strip() == "deleted 2 row(s) past the limits"
+
+
+def test_errors_name_the_fix(tmp_path: Path) -> None:
+    missing = run("info", "--store", str(tmp_path / "nope.sqlite3"))
+    assert missing.returncode == 2 and "--store PATH" in missing.stderr
+    assert not (tmp_path / "nope.sqlite3").exists()  # looked at, never created
+    path = tmp_path / "r.sqlite3"
+    fill(path)
+    unsaid = run("delete", "--store", str(path))
+    assert unsaid.returncode == 2 and "--api-key" in unsaid.stderr
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n")
+    none = run("delete", "--store", str(path), "--api-key-file", str(empty))
+    assert none.returncode == 2 and "holds no key" in none.stderr
+    assert "Traceback" not in unsaid.stderr + none.stderr + missing.stderr
