@@ -50,16 +50,26 @@ def test_a_chain_continues_after_a_restart_from_the_engines_cache(
             second = client.responses.create(
                 input="Name another.", previous_response_id=first.id, **settings
             )
-    conversation = [
-        {"role": "user", "content": "Name one colour."},
-        {"role": "assistant", "content": first.output_text},
-        {"role": "user", "content": "Name another."},
-    ]
-    expected = get_dialect("qwen2.5").render(conversation, load_tokenizer("qwen2.5")).ids
     assert first.usage is not None and second.usage is not None
-    assert second.usage.input_tokens == len(expected)
-    # The first prompt (and the reply the engine generated) were still in its cache.
-    assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens
+    # The second prompt is the first one, the reply as the engine produced it (without the
+    # stop token it ended on), then the rendered rest: the reply's <|im_end|> and the new turn.
+    qwen, dialect = load_tokenizer("qwen2.5"), get_dialect("qwen2.5")
+    ask = [{"role": "user", "content": "Name one colour."}]
+    whole = dialect.render(
+        [*ask, {"role": "assistant", "content": first.output_text}, ask[0] | {
+            "content": "Name another."}], qwen
+    ).ids  # fmt: skip
+    start = len(dialect.render(ask, qwen).ids)
+    im_end = qwen.controls["<|im_end|>"]
+    n_tail = len(whole) - whole.index(im_end, start)
+    assert first.usage.input_tokens == start
+    replied = first.usage.output_tokens - (1 if first.status == "completed" else 0)
+    assert second.usage.input_tokens == first.usage.input_tokens + replied + n_tail
+    # The engine, which outlived chatfmt, had all of the first exchange in its cache: the
+    # whole first prompt and every reply token it generated (llama.cpp evaluates at least the
+    # last prompt token again).
+    cached = second.usage.input_tokens_details.cached_tokens
+    assert cached >= first.usage.input_tokens + replied - 1
 
 
 def test_chat_usage_reports_the_engines_cache(

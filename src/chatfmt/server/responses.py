@@ -28,7 +28,13 @@ from ..events import Finish
 from .errors import ApiError, engine_api_error, validation_error
 from .http import ApiKeys, json_bytes, json_response, read_json_body, require_bearer
 from .openapi import error_responses
-from .responses_input import ResponsesRequest, chat_request, input_items, to_messages
+from .responses_input import (
+    ResponsesRequest,
+    chat_request,
+    check_include,
+    input_items,
+    to_messages,
+)
 from .responses_output import OutputBuilder, item_id
 from .service import ChatService, Continuation, Prepared, Turn, engine_tail
 from .sse import ClientGone, sse_response, until_disconnect
@@ -78,6 +84,7 @@ class ResponsesService:
     ) -> tuple[Prepared, list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
         """The prepared generation, this request's input items, the conversation before the
         reply (history and new messages) and the new messages alone."""
+        check_include(req)
         items = input_items(req)
         new = to_messages(items)
         history: list[dict[str, Any]] = []
@@ -268,10 +275,14 @@ def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
     }
 
 
-async def _generate(svc: ResponsesService, prep: Prepared, on_events: Any) -> Generated:
+async def _generate(
+    svc: ResponsesService, req: ResponsesRequest, prep: Prepared, on_events: Any
+) -> Generated:
     """Run the generation, handing each step's stream events to ``on_events``."""
     turn = svc.chat.turn(prep)
-    builder = OutputBuilder()
+    builder = OutputBuilder(
+        encrypted_reasoning="reasoning.encrypted_content" in (req.include or ())
+    )
     await on_events(builder.feed(turn.prefill(prep.prefill)))
     n_completion, length, cached = 0, False, None
     produced: list[int] | None = []
@@ -321,7 +332,7 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
             return None
 
         try:
-            done = await until_disconnect(request, _generate(svc, prep, ignore))
+            done = await until_disconnect(request, _generate(svc, req, prep, ignore))
         except EngineError as exc:
             raise engine_api_error(exc) from None
         except ClientGone:
@@ -417,7 +428,7 @@ async def _stream(
     started = svc.response(rid, created, req, "in_progress", [], None)
     yield frame({"type": "response.created", "response": started})
     yield frame({"type": "response.in_progress", "response": started})
-    task = asyncio.ensure_future(_generate(svc, prep, push))
+    task = asyncio.ensure_future(_generate(svc, req, prep, push))
     task.add_done_callback(lambda _t: queue.put_nowait(None))
     try:
         while (events := await queue.get()) is not None:

@@ -16,7 +16,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from .errors import ApiError
+from .responses_output import reasoning_of_blob
 from .schemas import ChatCompletionRequest
+
+#: OpenAI's ``include`` values. Those about tools and inputs chatfmt does not serve (file and
+#: web search, computer use, hosted code interpreter, images) have nothing to add here.
+INCLUDABLE = frozenset(
+    {
+        "file_search_call.results",
+        "web_search_call.results",
+        "web_search_call.action.sources",
+        "message.input_image.image_url",
+        "computer_call_output.output.image_url",
+        "code_interpreter_call.outputs",
+        "reasoning.encrypted_content",
+        "message.output_text.logprobs",
+    }
+)
 
 
 class ResponsesRequest(BaseModel):
@@ -98,6 +114,22 @@ def _text_of(content: Any, param: str, *, role: str) -> str:
     return "".join(texts)
 
 
+def check_include(req: ResponsesRequest) -> None:
+    """Refuse ``include`` values that are not OpenAI's, or that chatfmt cannot honour."""
+    for i, value in enumerate(req.include or ()):
+        if value not in INCLUDABLE:
+            raise _bad(
+                f"include value {value!r} is not one of: {', '.join(sorted(INCLUDABLE))}",
+                f"include[{i}]",
+            )
+        if value == "message.output_text.logprobs":
+            raise _bad(
+                "include 'message.output_text.logprobs' is not supported: chatfmt does not "
+                "pass the engine's log probabilities through; leave it out",
+                f"include[{i}]",
+            )
+
+
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
     """The request's input as a list of items (a string is one user message)."""
     if isinstance(req.input, str):
@@ -112,10 +144,35 @@ def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
     return items
 
 
+def _reasoning_text(item: dict[str, Any], param: str) -> str:
+    """A reasoning item's text: its ``reasoning_text`` parts, else its ``encrypted_content``
+    as chatfmt wrote it (:func:`~.responses_output.reasoning_blob`); summaries are left out
+    (the model's own words are the parts)."""
+    parts = item.get("content")
+    if isinstance(parts, list) and parts:
+        texts = [p.get("text") for p in parts if isinstance(p, dict)]
+        if all(isinstance(t, str) for t in texts):
+            return "".join(texts)  # type: ignore[arg-type]
+        raise _bad("a reasoning item's content parts need a string 'text'", f"{param}.content")
+    blob = item.get("encrypted_content")
+    if blob is None:
+        return ""
+    text = reasoning_of_blob(blob) if isinstance(blob, str) else None
+    if text is None:
+        raise _bad(
+            "this reasoning item's encrypted_content was not written by chatfmt and cannot "
+            "be read here; send the item's content parts, or leave the item out",
+            f"{param}.encrypted_content",
+        )
+    return text
+
+
 def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Input items as OpenAI chat messages; an assistant message and the calls that follow it
-    become one message, as chat history has them."""
+    become one message, as chat history has them. A reasoning item goes with the assistant
+    message or call after it (as ``reasoning_content``, which gpt-oss renders)."""
     out: list[dict[str, Any]] = []
+    reasoning: list[str] = []
     for i, item in enumerate(items):
         kind = item.get("type", "message" if "role" in item else None)
         param = f"input[{i}]"
@@ -129,6 +186,8 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 )
             text = _text_of(item.get("content", ""), f"{param}.content", role=role)
             out.append({"role": role, "content": text})
+            if role == "assistant" and reasoning:
+                out[-1]["reasoning_content"], reasoning = "".join(reasoning), []
         elif kind == "function_call":
             call_id, name = item.get("call_id"), item.get("name")
             if not isinstance(call_id, str) or not isinstance(name, str):
@@ -137,10 +196,12 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             call = {"id": call_id, "type": "function"}
             call["function"] = {"name": name, "arguments": arguments}  # type: ignore[assignment]
             last = out[-1] if out else None
-            if last is not None and last["role"] == "assistant":
+            if last is not None and last["role"] == "assistant" and not reasoning:
                 last.setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                if reasoning:
+                    out[-1]["reasoning_content"], reasoning = "".join(reasoning), []
         elif kind == "function_call_output":
             call_id, output = item.get("call_id"), item.get("output")
             if not isinstance(call_id, str):
@@ -148,8 +209,12 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not isinstance(output, str):
                 output = json.dumps(output, ensure_ascii=False)
             out.append({"role": "tool", "tool_call_id": call_id, "content": output})
-        elif kind in ("reasoning", "item_reference"):
-            continue  # a model's own summary or a reference to stored output: nothing to render
+        elif kind == "reasoning":
+            text = _reasoning_text(item, param)
+            if text:
+                reasoning.append(text)
+        elif kind == "item_reference":
+            continue  # a reference to stored output: previous_response_id carries it
         else:
             raise _bad(
                 f"input item type {kind!r} is not supported; send message, function_call or "

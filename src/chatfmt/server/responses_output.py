@@ -10,6 +10,8 @@ a ``reasoning`` item; the events are those OpenAI documents, in its order
 
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
 from typing import Any
 
@@ -20,11 +22,34 @@ def item_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(16)}"
 
 
+#: What chatfmt's ``encrypted_content`` starts with. It is not encrypted: the reasoning is in
+#: the item's ``content`` already. It is the item's reasoning in one opaque string, as clients
+#: that keep no state (``store: false``) send it back to continue a tool loop.
+_REASONING_PREFIX = "chatfmt-reasoning-v1:"
+
+
+def reasoning_blob(text: str) -> str:
+    """A reasoning item's ``encrypted_content`` (asked for with ``include``)."""
+    return _REASONING_PREFIX + base64.urlsafe_b64encode(text.encode()).decode()
+
+
+def reasoning_of_blob(blob: str) -> str | None:
+    """The reasoning text of :func:`reasoning_blob`'s string (``None``: not one of ours)."""
+    if not blob.startswith(_REASONING_PREFIX):
+        return None
+    try:
+        return base64.urlsafe_b64decode(blob[len(_REASONING_PREFIX) :]).decode()
+    except (binascii.Error, ValueError):
+        return None
+
+
 class OutputBuilder:
     """Feed parser events; read :attr:`items` (the response's ``output``) at the end. Each
-    call returns the stream events it caused (without ``sequence_number``)."""
+    call returns the stream events it caused (without ``sequence_number``).
+    ``encrypted_reasoning`` adds ``encrypted_content`` to reasoning items once complete."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, encrypted_reasoning: bool = False) -> None:
+        self.encrypted_reasoning = encrypted_reasoning
         self.items: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None  # the item receiving deltas
         self._calls: dict[int, dict[str, Any]] = {}  # open calls by parser index
@@ -182,6 +207,8 @@ class OutputBuilder:
             out.append({"type": "response.content_part.done", **base, "part": dict(part)})
         else:
             text = item["content"][0]["text"]
+            if self.encrypted_reasoning:
+                item["encrypted_content"] = reasoning_blob(text)
             out.append(
                 {
                     "type": "response.reasoning_text.done",
