@@ -83,21 +83,23 @@ def test_exact_ids_are_kept_as_each_rows_addition(tmp_path: Path) -> None:
 
     store = ResponseStore(tmp_path / "r.sqlite3")
     say = [{"role": "user", "content": "x"}]
-    store.put("o", response("r1"), [], say, ExactIds("v1", 0, [1, 2, 3, 70000]))
-    store.put("o", response("r2", "r1"), [], say, ExactIds("v2", 4, [5, 6]))
-    store.put("o", response("r3", "r2"), [], say, ExactIds("v3", 6, [7]))
+    store.put("o", response("r1"), [], say, ExactIds("v1", 0, [1, 2, 3, 70000], 2))
+    store.put("o", response("r2", "r1"), [], say, ExactIds("v2", 4, [5, 6], 1))
+    store.put("o", response("r3", "r2"), [], say, ExactIds("v3", 6, [7], 1))
     chain = store.chain("o", "r3")
     assert chain is not None and chain.ids == [1, 2, 3, 70000, 5, 6, 7] and chain.view == "v3"
+    assert chain.reply == 1
     assert len(chain.messages) == 3
     # A row that starts over (base 0) is an anchor: what came before is not needed.
-    store.put("o", response("r4", "r3"), [], say, ExactIds("v4", 0, [9, 9]))
+    store.put("o", response("r4", "r3"), [], say, ExactIds("v4", 0, [9, 9], 1))
     assert store.chain("o", "r4").ids == [9, 9]  # type: ignore[union-attr]
     # A row without ids (a reply its ids did not match) breaks the exact chain, not the
     # conversation; so does a row claiming more ids than its predecessor kept.
     store.put("o", response("r5", "r4"), [], say)
-    store.put("o", response("r6", "r5"), [], say, ExactIds("v6", 3, [1]))
-    store.put("o", response("r7", "r4"), [], say, ExactIds("v7", 5, [1]))
-    for rid in ("r5", "r6", "r7"):
+    store.put("o", response("r6", "r5"), [], say, ExactIds("v6", 3, [1], 1))
+    store.put("o", response("r7", "r4"), [], say, ExactIds("v7", 5, [1], 1))
+    store.put("o", response("r8", "r4"), [], say, ExactIds("v8", 1, [1], 1))  # too few
+    for rid in ("r5", "r6", "r7", "r8"):
         chain = store.chain("o", rid)
         assert chain is not None and chain.ids is None and len(chain.messages) >= 5
 

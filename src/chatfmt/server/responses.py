@@ -120,7 +120,7 @@ class ResponsesService:
         if chain is not None and chain.ids is not None and chain.view is not None:
             # The stored reply is the message right before this request's new ones.
             before_reply = len(chat.messages) - len(new) - 1
-            continuation = Continuation(chain.ids, chain.view, before_reply)
+            continuation = Continuation(chain.ids, chain.view, before_reply, chain.reply)
         prep = await self.chat.prepare_async(chat, continuation=continuation, view=True)
         if chain is not None and self.chat.metrics is not None:
             self.chat.metrics.continued(prep.exact_base > 0)
@@ -238,11 +238,14 @@ def _exact(
     prep: Prepared, generated: Generated, reply: dict[str, Any], stop_ids: frozenset[int]
 ) -> ExactIds | None:
     """The exchange's exact ids to keep, or ``None`` when they would not say what the client
-    was told: the engine gave text rather than ids, a stop string cut the reply, or the reply
-    the client saw differs from the one the ids parse to (a call demoted to text by the
-    request's call policy, a call cut off)."""
+    was told: the reply did not end at a stop token (cut by ``max_output_tokens`` or a stop
+    string, or the engine just stopped: a call may be unfinished in the ids while the client
+    got it completed), the engine gave text rather than ids, or the reply the client saw
+    differs from the one the ids parse to (a call demoted to text by the call policy)."""
     ids, turn = generated.ids, generated.turn
-    if ids is None or prep.view is None or turn.decoder.stopped_by == "string":
+    if ids is None or prep.view is None or generated.length:
+        return None
+    if turn.decoder.stopped_by != "control":
         return None
     for i, token in enumerate(ids):
         if token in stop_ids:
@@ -262,7 +265,8 @@ def _exact(
     if (parsed.reasoning or "") != reply.get("reasoning_content", ""):
         return None
     base = prep.exact_base
-    return ExactIds(prep.view, base, [*prep.prompt_ids[base:], *ids])
+    n_reply = len(prep.prompt_ids) - prep.reply_start + len(ids)
+    return ExactIds(prep.view, base, [*prep.prompt_ids[base:], *ids], n_reply)
 
 
 def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:

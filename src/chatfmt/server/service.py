@@ -12,6 +12,7 @@ import logging
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -160,6 +161,8 @@ class Continuation:
     ids: Sequence[int]
     view: str
     before_reply: int
+    #: How many of the last ``ids`` are the reply (a forced call's opening included).
+    reply: int
 
 
 @dataclass
@@ -176,10 +179,12 @@ class Prepared:
     #: Tools the reply may call (``None``: any) and how many calls it may make.
     allowed_calls: frozenset[str] | None = None
     max_calls: int | None = None
-    #: The digest of the prompt as rendered (``None`` unless asked for), and how many of
-    #: ``prompt_ids`` are a stored conversation's exact ids (0: all rendered).
+    #: The digest of the prompt as rendered (``None`` unless asked for), how many of
+    #: ``prompt_ids`` are a stored conversation's exact ids (0: all rendered), and where the
+    #: reply starts in them (after the prompt, before a forced call's opening).
     view: str | None = None
     exact_base: int = 0
+    reply_start: int = 0
 
     def policy(self) -> CallPolicy:
         return CallPolicy(self.allowed_calls, self.max_calls)
@@ -206,6 +211,7 @@ class ChatService:
         self.metrics = metrics
         self.tokenizer = engine.tokenizer
         self.stop_ids = frozenset(dialect.stop_ids(self.tokenizer))
+        self._control_ids = frozenset(self.tokenizer.controls.values())
         # One encoder for all requests: a chat that grows by a turn re-encodes only that turn.
         # Its cache is a plain dict, so one render at a time uses it; a render that finds it
         # busy uses an encoder of its own instead of waiting (see _render).
@@ -335,6 +341,7 @@ class ChatService:
             1 if single else None,
             view=view_of(rendered.ids) if view else None,
             exact_base=0 if spliced is None or continuation is None else len(continuation.ids),
+            reply_start=len(prompt),
         )
 
     def _render(
@@ -398,10 +405,17 @@ class ChatService:
         if view_of(view) != continuation.view or ids[:end] != replied or replied[:start] != view:
             return None
         stops = self.stop_ids
-        for k in range(start, min(end + 1, len(ids))):
-            if ids[k] in stops:
-                return [*continuation.ids, *ids[k:]]
-        return None
+        k = next((k for k in range(start, min(end + 1, len(ids))) if ids[k] in stops), None)
+        if k is None:
+            return None
+        # A control token the model wrote where the format has none (an <|im_start|> amid
+        # text, which the parser reads as text) must not become structure in later prompts:
+        # every control of the exact reply must be one the rendered reply has too.
+        controls = self._control_ids
+        exact = Counter(i for i in continuation.ids[-continuation.reply :] if i in controls)
+        if continuation.reply and exact - Counter(i for i in ids[start:k] if i in controls):
+            return None
+        return [*continuation.ids, *ids[k:]]
 
     def _needs_vocabulary_scan(self, req: ChatCompletionRequest) -> bool:
         """Whether :meth:`_check_text_fits` would first scan the vocabulary (tens of ms)."""

@@ -74,6 +74,7 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE responses ADD COLUMN view TEXT;
     ALTER TABLE responses ADD COLUMN ids_base INTEGER;
     ALTER TABLE responses ADD COLUMN ids BLOB;
+    ALTER TABLE responses ADD COLUMN reply INTEGER;
     """,
 )
 #: How often (seconds) writes also delete rows past their age.
@@ -100,12 +101,14 @@ class ExactIds:
     ``view`` names the prompt as chatfmt renders the conversation before the reply (a digest of
     its ids): a continuation whose render starts with that same view may put the exact ids in
     its place. ``base`` ids come from the previous response's exact ids (0: none, this row
-    holds all of them); ``tail`` is the rest: the new prompt ids, then the reply's.
+    holds all of them); ``tail`` is the rest: the new prompt ids, then the reply's. The last
+    ``reply`` ids are the reply (a forced call's opening included).
     """
 
     view: str
     base: int
     tail: Sequence[int]
+    reply: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,7 @@ class Chain:
     messages: list[dict[str, Any]]
     ids: list[int] | None = None
     view: str | None = None
+    reply: int = 0
 
 
 def view_of(ids: Sequence[int]) -> str:
@@ -146,8 +150,8 @@ def _exact_ids(
         return None, None
     ids: list[int] = []
     for base, tail in reversed(pieces):
-        if base > len(ids):
-            return None, None  # a row that claims more than its predecessor kept
+        if base != len(ids):
+            return None, None  # each row continues its predecessor's whole exchange
         ids[base:] = _unpack(tail)
     return ids, view
 
@@ -241,14 +245,15 @@ class ResponseStore:
             None if exact is None else exact.view,
             None if exact is None else exact.base,
             None if exact is None else _pack(exact.tail),
+            None if exact is None else exact.reply,
         )
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute(
                     "INSERT INTO responses (id, owner, previous_id, created_at, response, "
-                    "input_items, conversation, messages, view, ids_base, ids) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "input_items, conversation, messages, view, ids_base, ids, reply) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     row,
                 )
                 if self.max_age_days is not None and now - self._pruned > _PRUNE_EVERY:
@@ -318,12 +323,13 @@ class ResponseStore:
         parts: list[list[dict[str, Any]]] = []
         pieces: list[tuple[int, bytes]] = []  # (base, tail) from the newest back to an anchor
         view: str | None = None
+        reply = 0
         exact = True  # the ids are still being followed back
         current: str | None = response_id
         with self._lock:
             while current is not None and len(parts) < MAX_CHAIN:
                 row = self._db.execute(
-                    "SELECT previous_id, conversation, messages, view, ids_base, ids "
+                    "SELECT previous_id, conversation, messages, view, ids_base, ids, reply "
                     "FROM responses WHERE id = ? AND owner = ?",
                     (current, owner),
                 ).fetchone()
@@ -334,9 +340,9 @@ class ResponseStore:
                         f"response {current!r}, an earlier part of this conversation, is gone "
                         "(deleted or past its age); start a new conversation"
                     )
-                previous, whole, added, row_view, base, tail = row
+                previous, whole, added, row_view, base, tail, row_reply = row
                 if not parts:
-                    view = row_view
+                    view, reply = row_view, row_reply or 0
                 if exact:
                     if tail is None or base is None:
                         pieces, exact = [], False  # not kept: the conversation is rendered
@@ -349,7 +355,10 @@ class ResponseStore:
                 parts.append(json.loads(added))
                 current = previous
         messages = [m for part in reversed(parts) for m in part]
-        return Chain(messages, *_exact_ids(pieces, view))
+        ids, view = _exact_ids(pieces, view)
+        if ids is None or not 0 <= reply <= len(ids):
+            return Chain(messages)
+        return Chain(messages, ids, view, reply)
 
     # ==== The web chat's conversations ====
 
