@@ -55,7 +55,8 @@ def test_info_delete_and_prune(tmp_path: Path) -> None:
 
     keyless = run("delete", "--store", str(path), "--no-key")
     assert "deleted 1 response(s)" in keyless.stdout
-    assert run("prune", "--store", str(path)).stdout.strip() == "deleted 0 row(s) past the limits"
+    kept = run("prune", "--store", str(path), "--max-age-days", "30")
+    assert kept.stdout.strip() == "deleted 0 row(s) past the limits"
     # Rows from before the age limit go.
     with sqlite3.connect(path) as db:
         db.execute("UPDATE responses SET created_at = ?", (time.time() - 3 * 86400,))
@@ -75,4 +76,21 @@ def test_errors_name_the_fix(tmp_path: Path) -> None:
     empty.write_text("\n")
     none = run("delete", "--store", str(path), "--api-key-file", str(empty))
     assert none.returncode == 2 and "holds no key" in none.stderr
-    assert "Traceback" not in unsaid.stderr + none.stderr + missing.stderr
+    nothing = run("prune", "--store", str(path))
+    assert nothing.returncode == 2 and "--max-age-days or --max-mb" in nothing.stderr
+    negative = run("prune", "--store", str(path), "--max-mb", "-1")
+    assert negative.returncode == 2 and "--max-mb must be positive" in negative.stderr
+    outputs = [unsaid, none, missing, nothing, negative]
+    # Not a store, or an older one: said, and the file is left as it was.
+    empty_db = tmp_path / "empty.sqlite3"
+    empty_db.touch()
+    old = tmp_path / "old.sqlite3"
+    with sqlite3.connect(old) as db:
+        db.executescript("CREATE TABLE responses (id TEXT); PRAGMA user_version = 3;")
+    before = old.read_bytes()
+    for store, needle in ((empty_db, "not a chatfmt response store"), (old, "older than")):
+        shown = run("info", "--store", str(store))
+        assert shown.returncode == 2 and needle in shown.stderr, shown.stderr
+        outputs.append(shown)
+    assert empty_db.stat().st_size == 0 and old.read_bytes() == before
+    assert all("Traceback" not in r.stderr for r in outputs)

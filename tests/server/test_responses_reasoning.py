@@ -102,6 +102,20 @@ async def test_include_values_chatfmt_cannot_honour_are_refused() -> None:
             model="m", input=[{"role": "user", "content": "hi"}, foreign], store=False
         )
     assert "not written by chatfmt" in str(err.value)
+    # Reasoning goes with the turn it led to: one before a user message, or at the end, is
+    # a mistake (it would be rendered as the thinking of another reply).
+    thought = {"type": "reasoning", "id": "rs_2", "summary": [], "content": [
+        {"type": "reasoning_text", "text": "R1"}]}  # fmt: skip
+    user = {"role": "user", "content": "b"}
+    for items in (
+        [user, thought, user, {"role": "assistant", "content": "B"}, user],
+        [user, thought],
+    ):
+        with pytest.raises(openai.BadRequestError) as err:
+            await c.responses.create(model="m", input=items, store=False)
+        body = err.value.body
+        assert isinstance(body, dict) and body["param"] == "input[1]"
+        assert "must come right before the assistant message" in body["message"]
     # Values about tools chatfmt does not serve have nothing to add, and are accepted.
     fine = await c.responses.create(model="m", input="hi", include=["file_search_call.results"])
     assert fine.status == "completed"

@@ -134,6 +134,25 @@ def test_the_size_limit_deletes_the_oldest_first(tmp_path: Path) -> None:
     assert store.get("o", "r39") is not None and store.get("o", "r0") is None
 
 
+def test_the_size_limit_takes_from_the_key_that_stores_the_most(tmp_path: Path) -> None:
+    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.5)
+    alice, bob = owner_of("a"), owner_of("b")
+    say = [{"role": "user", "content": "y" * 10_000}]
+    for i in range(20):
+        store.put(alice, response(f"a{i}"), [], say)
+    for i in range(40):  # Bob writes twice as much, two responses a conversation
+        store.put(bob, response(f"b{i}", f"b{i - 1}" if i % 2 else None), [], say)
+    rows = store._db.execute("SELECT owner, id, previous_id FROM responses").fetchall()
+    kept = {o: [i for oo, i, _ in rows if oo == o] for o in (alice, bob)}
+    # Bob's oldest went, not all of Alice's; his newest conversation is whole.
+    assert len(kept[alice]) >= 10 and "a19" in kept[alice], kept
+    assert "b0" not in kept[bob] and {"b38", "b39"} <= set(kept[bob])
+    # A conversation goes with its start: no response is left continuing a gone one.
+    ids = {i for _, i, _ in rows}
+    assert all(p is None or p in ids for _, _, p in rows)
+    assert store.info()["bytes_used"] <= 0.5 * 1024 * 1024
+
+
 def test_a_keys_data_deleted_leaves_no_copy_on_disk(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite3"
     store = ResponseStore(path)

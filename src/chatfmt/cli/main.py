@@ -255,6 +255,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     api_key = read_keys(args) or None
     check_api_key(api_key)  # before the model loads: a key no client could send
     tools = load_tools_file(args.tools) if args.tools else None
+    if args.store_max_age_days <= 0 or args.store_max_mb < 0:
+        _fail("--store-max-age-days must be positive, and --store-max-mb 0 (no limit) or more")
     if not 0 < args.max_upload_mb <= args.max_body_mb:
         _fail(f"--max-upload-mb must be positive and at most --max-body-mb ({args.max_body_mb:g})")
 

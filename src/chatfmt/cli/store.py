@@ -5,7 +5,8 @@
   no copy left on disk, for a user who asks for their data to go;
 - ``prune``: apply the age and size limits now (the server applies them as it writes).
 
-The store is only opened, never created: a path without one is an error that says so.
+The store is only opened, never created: a path without one, or a file that is not one, is
+an error that says so; ``info`` does not change the file (an older schema is not upgraded).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -39,49 +41,80 @@ def add_store_parser(sub: Any) -> None:
     whose.add_argument("--api-key-file", metavar="FILE", help="keys, one per line")
     whose.add_argument("--no-key", action="store_true",
                        help="the data of a server that ran without --api-key")  # fmt: skip
-    prune = action("prune", "delete what is past the age and size limits now")
-    prune.add_argument("--max-age-days", type=float, default=30.0, metavar="DAYS",
-                       help="delete rows older than this (default: 30, as serve)")  # fmt: skip
-    prune.add_argument("--max-mb", type=float, default=0.0, metavar="MB",
-                       help="then delete the oldest past this much data (default: 0, no "
-                       "limit)")  # fmt: skip
+    prune = action("prune", "delete what is past an age or size limit now")
+    prune.add_argument("--max-age-days", type=float, metavar="DAYS",
+                       help="delete rows older than this")  # fmt: skip
+    prune.add_argument("--max-mb", type=float, metavar="MB",
+                       help="then free space past this much data, from the key that stores "
+                       "the most (as serve --store-max-mb)")  # fmt: skip
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from ..server.store import ResponseStore, owner_of
-    from .main import default_store_path, read_keys
+    from ..server.store import SCHEMA_VERSION, ResponseStore, store_version
+    from .main import default_store_path
 
     path = Path(args.store or default_store_path())
     if not path.is_file():
         raise ChatFmtError(
             f"no response store at {path}; give the file chatfmt serve keeps with --store PATH"
         )
+    version = store_version(path)
+    if version > SCHEMA_VERSION:
+        raise ChatFmtError(
+            f"{path} has schema version {version}, newer than this chatfmt knows "
+            f"({SCHEMA_VERSION}); use the chatfmt that wrote it"
+        )
+    if args.action == "info" and version < SCHEMA_VERSION:
+        raise ChatFmtError(
+            f"{path} has schema version {version}, older than this chatfmt's "
+            f"({SCHEMA_VERSION}); chatfmt serve, store delete and store prune upgrade it"
+        )
+    limits: dict[str, float | None] = {"max_age_days": None, "max_mb": None}
     if args.action == "prune":
-        store = ResponseStore(path, max_age_days=args.max_age_days, max_mb=args.max_mb or None)
-    else:
-        store = ResponseStore(path, max_age_days=None)
+        for flag, value in (("--max-age-days", args.max_age_days), ("--max-mb", args.max_mb)):
+            if value is not None and value <= 0:
+                raise ChatFmtError(f"{flag} must be positive, got {value:g}")
+        if args.max_age_days is None and args.max_mb is None:
+            raise ChatFmtError("give --max-age-days or --max-mb: what to prune")
+        limits = {"max_age_days": args.max_age_days, "max_mb": args.max_mb}
     try:
-        if args.action == "info":
-            info = store.info()
-            if info["oldest"] is not None:
-                oldest = datetime.datetime.fromtimestamp(info["oldest"], datetime.timezone.utc)
-                info["oldest"] = oldest.isoformat(timespec="seconds")
-            for limit in ("max_age_days", "max_mb"):
-                info.pop(limit)
-            print(json.dumps(info, indent=2))
-        elif args.action == "delete":
-            keys: list[str | None] = [None] if args.no_key else list(read_keys(args))
-            responses = conversations = 0
-            for key in keys:
-                r, c = store.delete_owner(owner_of(key))
-                responses, conversations = responses + r, conversations + c
-            whose = "the keyless server's" if args.no_key else f"{len(keys)} key(s)'"
-            print(
-                f"deleted {responses} response(s) and {conversations} web chat "
-                f"conversation(s): {whose} data"
-            )
-        else:
-            print(f"deleted {store.prune()} row(s) past the limits")
+        store = ResponseStore(path, **limits)
+    except ChatFmtError as exc:
+        raise ChatFmtError(str(exc).split("; give")[0]) from None
+    try:
+        _run(args, store)
+    except sqlite3.Error as exc:
+        raise ChatFmtError(
+            f"the response store {path} could not be changed ({exc}); if a server is writing "
+            "to it, run the command again in a moment"
+        ) from None
     finally:
         store.close()
     return 0
+
+
+def _run(args: argparse.Namespace, store: Any) -> None:
+    from ..server.store import owner_of
+    from .main import read_keys
+
+    if args.action == "info":
+        info = store.info()
+        if info["oldest"] is not None:
+            oldest = datetime.datetime.fromtimestamp(info["oldest"], datetime.timezone.utc)
+            info["oldest"] = oldest.isoformat(timespec="seconds")
+        for limit in ("max_age_days", "max_mb"):
+            info.pop(limit)
+        print(json.dumps(info, indent=2))
+    elif args.action == "delete":
+        keys: list[str | None] = [None] if args.no_key else list(read_keys(args))
+        responses = conversations = 0
+        for key in keys:
+            r, c = store.delete_owner(owner_of(key))
+            responses, conversations = responses + r, conversations + c
+        whose = "the keyless server's" if args.no_key else f"{len(keys)} key(s)'"
+        print(
+            f"deleted {responses} response(s) and {conversations} web chat "
+            f"conversation(s): {whose} data"
+        )
+    else:
+        print(f"deleted {store.prune()} row(s) past the limits")

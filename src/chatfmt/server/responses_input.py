@@ -150,7 +150,7 @@ def _reasoning_text(item: dict[str, Any], param: str) -> str:
     (the model's own words are the parts)."""
     parts = item.get("content")
     if isinstance(parts, list) and parts:
-        texts = [p.get("text") for p in parts if isinstance(p, dict)]
+        texts = [p.get("text") if isinstance(p, dict) else None for p in parts]
         if all(isinstance(t, str) for t in texts):
             return "".join(texts)  # type: ignore[arg-type]
         raise _bad("a reasoning item's content parts need a string 'text'", f"{param}.content")
@@ -173,9 +173,15 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     message or call after it (as ``reasoning_content``, which gpt-oss renders)."""
     out: list[dict[str, Any]] = []
     reasoning: list[str] = []
+    reasoning_at: int | None = None  # the first reasoning item still waiting for its turn
     for i, item in enumerate(items):
         kind = item.get("type", "message" if "role" in item else None)
         param = f"input[{i}]"
+        leads = kind == "function_call" or (kind == "message" and item.get("role") == "assistant")
+        if reasoning_at is not None and kind not in ("reasoning", "item_reference") and not leads:
+            raise _unfollowed(reasoning_at)
+        if leads:
+            reasoning_at = None
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
@@ -211,6 +217,7 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"role": "tool", "tool_call_id": call_id, "content": output})
         elif kind == "reasoning":
             text = _reasoning_text(item, param)
+            reasoning_at = i if reasoning_at is None else reasoning_at
             if text:
                 reasoning.append(text)
         elif kind == "item_reference":
@@ -221,7 +228,16 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "function_call_output items",
                 f"{param}.type",
             )
+    if reasoning_at is not None:
+        raise _unfollowed(reasoning_at)
     return out
+
+
+def _unfollowed(index: int) -> ApiError:
+    return _bad(
+        "a reasoning item must come right before the assistant message or function_call it led to",
+        f"input[{index}]",
+    )
 
 
 def _chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:

@@ -81,6 +81,35 @@ _MIGRATIONS: tuple[str, ...] = (
 _PRUNE_EVERY = 60.0
 #: The longest chain :meth:`ResponseStore.conversation` follows.
 MAX_CHAIN = 10_000
+#: What a response row holds, in bytes (SQL).
+_ROW_BYTES = (
+    "length(CAST(response AS BLOB)) + length(CAST(input_items AS BLOB)) + "
+    "COALESCE(length(CAST(messages AS BLOB)), 0) + "
+    "COALESCE(length(CAST(conversation AS BLOB)), 0) + COALESCE(length(ids), 0)"
+)
+
+
+#: The schema version this chatfmt writes.
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+def store_version(path: str | Path) -> int:
+    """The schema version of the response store at ``path``, read without changing the file;
+    :class:`~chatfmt.errors.ChatFmtError` when it is not one."""
+    try:
+        db = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            version: int = db.execute("PRAGMA user_version").fetchone()[0]
+            table = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'responses'"
+            ).fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise ChatFmtError(f"{path} is not a readable SQLite database ({exc})") from None
+    if table is None or version < 1:
+        raise ChatFmtError(f"{path} is not a chatfmt response store")
+    return version
 
 
 def owner_of(api_key: str | None) -> str:
@@ -260,7 +289,7 @@ class ResponseStore:
                     cutoff = now - self.max_age_days * 86400
                     self._db.execute("DELETE FROM responses WHERE created_at < ?", (cutoff,))
                     self._pruned = now
-                self._fit_size()
+                self._fit_size(keep=response["id"])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -273,30 +302,96 @@ class ResponseStore:
         )
         return int(page_size * (pages - free))
 
-    def _fit_size(self) -> None:
-        """Delete the oldest rows (responses and web conversations alike) while the data is
-        over ``max_mb``; the newest row always stays."""
+    def _fit_size(
+        self, keep: str | None = None, keep_conversation: tuple[str, str] | None = None
+    ) -> None:
+        """Over ``max_mb``, free a tenth of it more than the excess (so that this runs once per
+        tenth of growth), taking from the key that stores the most: its oldest web
+        conversation or its oldest response together with the responses that continue it (a
+        conversation without its start cannot be continued). The response just written and
+        the responses it continues (``keep``), and the web conversation just saved, stay."""
         if self.max_mb is None:
             return
         limit = self.max_mb * 1024 * 1024
-        while self._used_bytes() > limit:
-            r_first, r_n = self._db.execute(
-                "SELECT MIN(created_at), COUNT(*) FROM responses"
-            ).fetchone()
-            c_first, c_n = self._db.execute(
-                "SELECT MIN(updated_at), COUNT(*) FROM conversations"
-            ).fetchone()
-            if c_n > 1 and (r_n <= 1 or c_first < r_first):
-                table, column, n = "conversations", "updated_at", c_n
-            elif r_n > 1:
-                table, column, n = "responses", "created_at", r_n
+        to_free = self._used_bytes() - limit
+        if to_free <= 0:
+            return
+        to_free += limit / 10
+        db = self._db
+        usage: dict[str, int] = dict(
+            db.execute(
+                f"SELECT owner, SUM(n) FROM (SELECT owner, {_ROW_BYTES} AS n FROM responses "
+                "UNION ALL SELECT owner, length(CAST(state AS BLOB)) FROM conversations) "
+                "GROUP BY owner"
+            ).fetchall()
+        )
+        protected = set(self._ancestry(keep)) if keep is not None else set()
+        while to_free > 0 and usage:
+            owner = max(usage, key=usage.__getitem__)
+            freed = self._evict_oldest(owner, protected, keep_conversation)
+            if freed == 0:
+                del usage[owner]  # nothing of it may go
             else:
-                return
-            self._db.execute(
-                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
-                f"ORDER BY {column} LIMIT ?)",
-                (max(1, min(n - 1, n // 16)),),
-            )
+                usage[owner] -= freed
+                to_free -= freed
+
+    def _ancestry(self, response_id: str) -> list[str]:
+        """``response_id`` and the responses it continues."""
+        chain: list[str] = []
+        current: str | None = response_id
+        while current is not None and len(chain) < MAX_CHAIN:
+            chain.append(current)
+            row = self._db.execute(
+                "SELECT previous_id FROM responses WHERE id = ?", (current,)
+            ).fetchone()
+            current = None if row is None else row[0]
+        return chain
+
+    def _evict_oldest(
+        self, owner: str, protected: set[str], conversation: tuple[str, str] | None
+    ) -> int:
+        """Delete ``owner``'s oldest deletable item; the bytes it held (0: none)."""
+        db = self._db
+        kept_web = (
+            conversation[1] if conversation is not None and conversation[0] == owner else None
+        )
+        responses = db.execute(
+            "SELECT id, created_at FROM responses WHERE owner = ? ORDER BY created_at, rowid "
+            "LIMIT ?",
+            (owner, len(protected) + 1),
+        ).fetchall()
+        response = next((r for r in responses if r[0] not in protected), None)
+        web = db.execute(
+            "SELECT id, updated_at FROM conversations WHERE owner = ? AND id IS NOT ? "
+            "ORDER BY updated_at LIMIT 1",
+            (owner, kept_web),
+        ).fetchone()
+        if web is not None and (response is None or web[1] < response[1]):
+            (size,) = db.execute(
+                "SELECT length(CAST(state AS BLOB)) FROM conversations WHERE owner = ? AND id = ?",
+                (owner, web[0]),
+            ).fetchone()
+            db.execute("DELETE FROM conversations WHERE owner = ? AND id = ?", (owner, web[0]))
+            return int(size) or 1
+        if response is None:
+            return 0
+        freed, doomed = 0, [response[0]]
+        while doomed:  # the response, then those that continue it, generation by generation
+            marks = ", ".join("?" * len(doomed))
+            (size,) = db.execute(
+                f"SELECT COALESCE(SUM({_ROW_BYTES}), 0) FROM responses WHERE id IN ({marks})",
+                doomed,
+            ).fetchone()
+            freed += int(size) or 1
+            db.execute(f"DELETE FROM responses WHERE id IN ({marks})", doomed)
+            doomed = [
+                r[0]
+                for r in db.execute(
+                    f"SELECT id FROM responses WHERE previous_id IN ({marks})", doomed
+                ).fetchall()
+                if r[0] not in protected
+            ]
+        return freed
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
         """The owner's response ``response_id`` (``None``: none, or another owner's)."""
@@ -366,16 +461,22 @@ class ResponseStore:
         """Keep (or replace) a web conversation of ``owner``."""
         now = time.time()
         with self._lock:
-            self._db.execute(
-                "INSERT INTO conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, id) DO "
-                "UPDATE SET title = excluded.title, updated_at = excluded.updated_at, "
-                "state = excluded.state",
-                (cid, owner, title, now, json.dumps(state, ensure_ascii=False)),
-            )
-            if self.max_age_days is not None:
-                cutoff = now - self.max_age_days * 86400
-                self._db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,))
-            self._fit_size()
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "INSERT INTO conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, id) "
+                    "DO UPDATE SET title = excluded.title, updated_at = excluded.updated_at, "
+                    "state = excluded.state",
+                    (cid, owner, title, now, json.dumps(state, ensure_ascii=False)),
+                )
+                if self.max_age_days is not None:
+                    cutoff = now - self.max_age_days * 86400
+                    self._db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,))
+                self._fit_size(keep_conversation=(owner, cid))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def conversations(self, owner: str, limit: int = 100) -> list[dict[str, Any]]:
         """``owner``'s web conversations, newest first: id, title, updated_at."""
@@ -423,7 +524,17 @@ class ResponseStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            for _ in range(3):
+                busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                if not busy:
+                    break
+                time.sleep(0.5)
+            else:
+                raise ChatFmtError(
+                    "the rows are deleted, but an older copy stays in the write-ahead log "
+                    f"({self.path}-wal) while another connection is reading the database; run "
+                    "the command again when it is idle"
+                )
         return responses.rowcount, conversations.rowcount
 
     def count(self) -> int:
