@@ -49,22 +49,28 @@ def weather(city: str) -> str:
 class Tally:
     def __init__(self) -> None:
         self.prompt: list[int] = []
+        self.output: list[int] = []
         self.cached: list[int] = []
         self.seconds: list[float] = []
         self.calls = 0
 
-    def add(self, prompt: int, cached: int, seconds: float) -> None:
+    def add(self, prompt: int, output: int, cached: int, seconds: float) -> None:
         self.prompt.append(prompt)
+        self.output.append(output)
         self.cached.append(cached)
         self.seconds.append(seconds)
 
     def row(self, name: str, calls: str) -> str:
         # The first request has nothing to reuse: the figures are over the returning ones.
         prompt, cached = sum(self.prompt[1:]), sum(self.cached[1:])
-        read = prompt - cached
+        # Of each request's prompt, the exchange before it (the previous prompt and reply)
+        # could all come from the cache; what did not was read again for nothing.
+        earlier = [p + o for p, o in zip(self.prompt, self.output, strict=False)][:-1]
+        missed = sum(max(0, e - c) for e, c in zip(earlier, self.cached[1:], strict=True))
         return (
             f"| {calls} | {name} | {len(self.prompt)} | {self.calls} | {prompt} | {cached} "
-            f"({cached / max(prompt, 1):.1%}) | {read} "
+            f"({cached / max(prompt, 1):.1%}) | {missed} "
+            f"({missed / max(len(self.prompt) - 1, 1):.1f} a request) "
             f"| {statistics.median(self.seconds[1:]) * 1e3:.0f} ms |"
         )
 
@@ -82,15 +88,14 @@ def responses_loop(url: str, cities: list[str]) -> Tally:
     """The Responses API, each request continuing the previous response by its id."""
     tally, previous = Tally(), None
     tools = [{"type": "function", **WEATHER}]
+    pending: list[dict[str, Any]] = []
     with httpx.Client(base_url=url, timeout=300) as client:
         for city in cities:
-            pending: list[dict[str, Any]] = [
-                {"role": "user", "content": f"What is the weather in {city}?"}
-            ]
-            for step in range(3):  # a call, then its answer (a model may call again)
+            # Results of calls still open (this small model may call again and again) go
+            # first; the same tools are offered throughout, so every prompt can continue.
+            pending.append({"role": "user", "content": f"What is the weather in {city}?"})
+            for _ in range(3):  # a call, then its answer (a model may call again)
                 body = {**SETTINGS, "input": pending, "tools": tools}
-                if step == 2:
-                    body["tool_choice"] = "none"  # enough calls: an answer in words
                 body["max_output_tokens"] = MAX_TOKENS
                 if previous is not None:
                     body["previous_response_id"] = previous
@@ -98,19 +103,20 @@ def responses_loop(url: str, cities: list[str]) -> Tally:
                 usage = r["usage"]
                 tally.add(
                     usage["input_tokens"],
+                    usage["output_tokens"],
                     usage["input_tokens_details"]["cached_tokens"],
                     seconds,
                 )
                 previous = r["id"]
                 calls = [i for i in r["output"] if i["type"] == "function_call"]
-                if not calls:
-                    break
                 tally.calls += len(calls)
                 result = weather(city)
                 pending = [
                     {"type": "function_call_output", "call_id": c["call_id"], "output": result}
                     for c in calls
                 ]
+                if not calls:
+                    break
     return tally
 
 
@@ -122,25 +128,28 @@ def chat_loop(url: str, cities: list[str]) -> Tally:
     with httpx.Client(base_url=url, timeout=300) as client:
         for city in cities:
             messages.append({"role": "user", "content": f"What is the weather in {city}?"})
-            for step in range(3):
+            for _ in range(3):
                 body = {**SETTINGS, "messages": messages, "tools": tools}
-                if step == 2:
-                    body["tool_choice"] = "none"
                 body["max_tokens"] = MAX_TOKENS
                 r, seconds = timed(client, "/v1/chat/completions", body)
                 usage = r["usage"]
                 details = usage.get("prompt_tokens_details") or {}
-                tally.add(usage["prompt_tokens"], details.get("cached_tokens") or 0, seconds)
+                tally.add(
+                    usage["prompt_tokens"],
+                    usage["completion_tokens"],
+                    details.get("cached_tokens") or 0,
+                    seconds,
+                )
                 message = r["choices"][0]["message"]
                 messages.append({k: v for k, v in message.items() if v is not None})
                 calls = message.get("tool_calls") or []
-                if not calls:
-                    break
                 tally.calls += len(calls)
                 messages += [
                     {"role": "tool", "tool_call_id": c["id"], "content": weather(city)}
                     for c in calls
                 ]
+                if not calls:
+                    break
     return tally
 
 
@@ -172,13 +181,15 @@ def main() -> None:
     body = (
         f"A tool loop over {len(cities)} cities on the default model (greedy, `--parallel 1`, "
         f"{args.threads} threads), each client on a fresh server. Over the requests after the "
-        "first: prompt tokens, those the engine took from its prompt cache, those it had to "
-        "read again, and the median request time.\n\n"
+        "first: prompt tokens, those the engine took from its prompt cache, the tokens of the "
+        "earlier exchange (previous prompt and reply, stop token included) that were not "
+        "found in the cache and were read again, and the median request time.\n\n"
         "Calls are constrained to the format's tagged syntax by default; with\n"
         "`--no-call-grammar` the model writes them as it likes (often bare JSON), which a\n"
         "re-render turns into tagged calls.\n\n"
-        "| calls | client | requests | calls made | prompt tokens | from the cache | read again "
-        "| median request |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
+        "| calls | client | requests | calls made | prompt tokens | from the cache "
+        "| earlier exchange read again | median request |\n"
+        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
     )
     print(body)
     if args.write:
