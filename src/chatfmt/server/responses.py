@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from ..errors import EngineError
 from ..events import Finish
+from .continuation import Continuation
 from .errors import ApiError, engine_api_error, validation_error
 from .http import ApiKeys, json_bytes, json_response, read_json_body, require_bearer
 from .openapi import error_responses
@@ -36,7 +37,7 @@ from .responses_input import (
     to_messages,
 )
 from .responses_output import OutputBuilder, item_id
-from .service import ChatService, Continuation, Prepared, Turn, engine_tail
+from .service import ChatService, Prepared, Turn, engine_tail
 from .sse import ClientGone, sse_response, until_disconnect
 from .store import BrokenChain, Chain, ExactIds, ResponseStore, owner_of
 

@@ -12,8 +12,7 @@ import logging
 import secrets
 import threading
 import time
-from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass
 
 import anyio
@@ -27,6 +26,7 @@ from ..grammar import Grammar, SchemaError, json_grammar
 from ..messages import Conversation, Tool, from_openai
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
+from .continuation import Continuation, Splicer
 from .errors import ApiError, engine_api_error
 from .http import json_bytes
 from .limits import DEFAULT_LIMITS, ServerLimits, count_problem
@@ -148,23 +148,6 @@ async def engine_tail(
     return cached
 
 
-@dataclass(frozen=True, slots=True)
-class Continuation:
-    """A stored conversation's exact ids, to send instead of re-rendering what they hold.
-
-    ``ids`` are the exchange so far as the engine saw and produced it, the last reply without
-    its stop token; ``view`` the digest of that last prompt as chatfmt renders it (see
-    :class:`~.store.ExactIds`); ``before_reply``: how many of the request's messages come
-    before that reply (the reply is the next one).
-    """
-
-    ids: Sequence[int]
-    view: str
-    before_reply: int
-    #: How many of the last ``ids`` are the reply (a forced call's opening included).
-    reply: int
-
-
 @dataclass
 class Prepared:
     """A validated, rendered request, ready for the engine."""
@@ -211,7 +194,7 @@ class ChatService:
         self.metrics = metrics
         self.tokenizer = engine.tokenizer
         self.stop_ids = frozenset(dialect.stop_ids(self.tokenizer))
-        self._control_ids = frozenset(self.tokenizer.controls.values())
+        self._splicer = Splicer(dialect, self.tokenizer, self.stop_ids)
         # One encoder for all requests: a chat that grows by a turn re-encodes only that turn.
         # Its cache is a plain dict, so one render at a time uses it; a render that finds it
         # busy uses an encoder of its own instead of waiting (see _render).
@@ -365,57 +348,11 @@ class ChatService:
             prefill_ids = list(encoder.encode_block(Block(prefill))) if prefill else []
             spliced = None
             if continuation is not None:
-                spliced = self._splice(conv, rendered.ids, continuation, encoder)
+                spliced = self._splicer.splice(conv, rendered.ids, continuation, encoder)
         finally:
             if shared:
                 self._render_lock.release()
         return rendered, prefill_ids, spliced
-
-    def _splice(
-        self,
-        conv: Conversation,
-        ids: list[int],
-        continuation: Continuation,
-        encoder: BlockEncoder,
-    ) -> list[int] | None:
-        """``ids`` (the rendered prompt) with the stored exchange's exact ids in place of the
-        messages up to its reply, or ``None`` when they cannot stand in.
-
-        They can when this request renders the messages before the reply exactly as the stored
-        prompt was rendered (same view: same system text, tools, messages), the reply and what
-        follows it extend that render (the format renders turns independently), and the
-        reply's render ends at a stop token within or right after it (``<|im_end|>``,
-        ``<|eot_id|>``, ChatGLM3's next role token): the exact ids then replace everything up
-        to that token, which the engine never cached, having stopped at it.
-        """
-        n = continuation.before_reply
-        messages = conv.messages
-        if not 0 < n < len(messages) or not self.dialect.renders_turns_independently(conv):
-            return None
-        try:
-            before = Conversation(messages=messages[:n], tools=conv.tools)
-            view = self.dialect.render(before, self.tokenizer, encoder=encoder).ids
-            with_reply = Conversation(messages=messages[: n + 1], tools=conv.tools)
-            replied = self.dialect.render(
-                with_reply, self.tokenizer, encoder=encoder, add_generation_prompt=False
-            ).ids
-        except (ChatFmtError, ValueError):
-            return None
-        start, end = len(view), len(replied)
-        if view_of(view) != continuation.view or ids[:end] != replied or replied[:start] != view:
-            return None
-        stops = self.stop_ids
-        k = next((k for k in range(start, min(end + 1, len(ids))) if ids[k] in stops), None)
-        if k is None:
-            return None
-        # A control token the model wrote where the format has none (an <|im_start|> amid
-        # text, which the parser reads as text) must not become structure in later prompts:
-        # every control of the exact reply must be one the rendered reply has too.
-        controls = self._control_ids
-        exact = Counter(i for i in continuation.ids[-continuation.reply :] if i in controls)
-        if continuation.reply and exact - Counter(i for i in ids[start:k] if i in controls):
-            return None
-        return [*continuation.ids, *ids[k:]]
 
     def _needs_vocabulary_scan(self, req: ChatCompletionRequest) -> bool:
         """Whether :meth:`_check_text_fits` would first scan the vocabulary (tens of ms)."""
