@@ -111,10 +111,10 @@ def _run(args: argparse.Namespace, store: Any) -> None:
         for key in keys:
             r, c = store.delete_owner(owner_of(key))
             responses, conversations = responses + r, conversations + c
-        whose = "the keyless server's" if args.no_key else f"{len(keys)} key(s)'"
+        whose = "of the server without keys" if args.no_key else f"of {len(keys)} key(s)"
         print(
             f"deleted {responses} response(s) and {conversations} web chat "
-            f"conversation(s): {whose} data"
+            f"conversation(s) {whose}"
         )
     else:
         print(f"deleted {store.prune()} row(s) past the limits")
