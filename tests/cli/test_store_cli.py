@@ -88,9 +88,25 @@ def test_errors_name_the_fix(tmp_path: Path) -> None:
     with sqlite3.connect(old) as db:
         db.executescript("CREATE TABLE responses (id TEXT); PRAGMA user_version = 3;")
     before = old.read_bytes()
-    for store, needle in ((empty_db, "not a chatfmt response store"), (old, "older than")):
+    for store, needle in ((empty_db, "not a chatfmt response store"), (old, "upgrade an older")):
         shown = run("info", "--store", str(store))
         assert shown.returncode == 2 and needle in shown.stderr, shown.stderr
         outputs.append(shown)
     assert empty_db.stat().st_size == 0 and old.read_bytes() == before
     assert all("Traceback" not in r.stderr for r in outputs)
+
+
+def test_info_leaves_a_live_store_as_it_is(tmp_path: Path) -> None:
+    """Beside a server writing (its rows still in the write-ahead log), ``info`` counts them
+    and changes nothing: no checkpoint into the file, no new mode."""
+    path = tmp_path / "r.sqlite3"
+    live = ResponseStore(path)
+    body = {"id": "resp_1", "previous_response_id": None, "output": []}
+    live.put(owner_of("k"), body, [], [{"role": "user", "content": "hi"}])
+    path.chmod(0o640)
+    before = path.read_bytes()
+    shown = run("info", "--store", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["responses"] == 1
+    assert path.read_bytes() == before and path.stat().st_mode & 0o777 == 0o640
+    live.close()

@@ -201,6 +201,28 @@ async def test_a_reply_cut_by_max_output_tokens_is_rendered(qwen: Tokenizer, cut
     assert counted(await metrics(app), "rendered") == 1
 
 
+async def test_a_stray_call_tag_the_client_saw_as_text_stays_text(qwen: Tokenizer) -> None:
+    """A ``</tool_call>`` the model wrote before its real call is text to the client; the
+    rendered reply has a ``</tool_call>`` too, but not there: the order tells them apart."""
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    engine = FakeEngine(
+        qwen, [f"Hi</tool_call>{call}<|im_end|>", "ok<|im_end|>"], grammar_support="full"
+    )
+    app = create_app(engine, get_dialect("qwen2.5"), model_name="m", store=memory_store())
+    c = client(app)
+    first = await c.responses.create(model="m", input="weather?", tools=[WEATHER])
+    assert first.output_text == "Hi</tool_call>"
+    [made] = [i for i in first.output if i.type == "function_call"]
+    result = {"type": "function_call_output", "call_id": made.call_id, "output": "sun"}
+    await c.responses.create(
+        model="m", previous_response_id=first.id, input=[result], tools=[WEATHER]
+    )
+    closes = qwen.controls["</tool_call>"]
+    p1, p2 = engine.prompts
+    assert p2[len(p1) :].count(closes) == 1  # the call's own; "Hi</tool_call>" is text
+    assert counted(await metrics(app), "rendered") == 1
+
+
 async def test_a_control_token_the_model_wrote_as_text_does_not_become_a_turn(
     qwen: Tokenizer,
 ) -> None:

@@ -153,6 +153,27 @@ def test_the_size_limit_takes_from_the_key_that_stores_the_most(tmp_path: Path) 
     assert store.info()["bytes_used"] <= 0.5 * 1024 * 1024
 
 
+def test_a_key_whose_one_conversation_outgrows_the_store_evicts_no_one(tmp_path: Path) -> None:
+    from chatfmt.server.store import StoreFull
+
+    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.5)
+    alice, bob = owner_of("a"), owner_of("b")
+    say = [{"role": "user", "content": "y" * 10_000}]
+    for i in range(10):
+        store.put(bob, response(f"b{i}"), [], say)
+    store.save_conversation(bob, "c1", "Bob's", {"messages": say})
+    previous = None
+    with pytest.raises(StoreFull, match="--store-max-mb"):
+        for i in range(120):  # Alice continues one conversation, turn after turn
+            store.put(alice, response(f"a{i}", previous), [], say)
+            previous = f"a{i}"
+    # Alice's conversation stopped being kept; Bob's data is all there.
+    assert all(store.get(bob, f"b{i}") is not None for i in range(10))
+    assert store.load_conversation(bob, "c1") is not None
+    assert store.chain(alice, previous) is not None  # what was kept still continues
+    assert store.info()["bytes_used"] <= 0.6 * 1024 * 1024
+
+
 def test_a_keys_data_deleted_leaves_no_copy_on_disk(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite3"
     store = ResponseStore(path)

@@ -50,7 +50,7 @@ def add_store_parser(sub: Any) -> None:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from ..server.store import SCHEMA_VERSION, ResponseStore, store_version
+    from ..server.store import SCHEMA_VERSION, ResponseStore, read_info, store_version
     from .main import default_store_path
 
     path = Path(args.store or default_store_path())
@@ -64,11 +64,9 @@ def cmd_store(args: argparse.Namespace) -> int:
             f"{path} has schema version {version}, newer than this chatfmt knows "
             f"({SCHEMA_VERSION}); use the chatfmt that wrote it"
         )
-    if args.action == "info" and version < SCHEMA_VERSION:
-        raise ChatFmtError(
-            f"{path} has schema version {version}, older than this chatfmt's "
-            f"({SCHEMA_VERSION}); chatfmt serve, store delete and store prune upgrade it"
-        )
+    if args.action == "info":
+        _print_info(read_info(path))
+        return 0
     limits: dict[str, float | None] = {"max_age_days": None, "max_mb": None}
     if args.action == "prune":
         for flag, value in (("--max-age-days", args.max_age_days), ("--max-mb", args.max_mb)):
@@ -93,19 +91,18 @@ def cmd_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_info(info: dict[str, Any]) -> None:
+    if info["oldest"] is not None:
+        oldest = datetime.datetime.fromtimestamp(info["oldest"], datetime.timezone.utc)
+        info["oldest"] = oldest.isoformat(timespec="seconds")
+    print(json.dumps(info, indent=2))
+
+
 def _run(args: argparse.Namespace, store: Any) -> None:
     from ..server.store import owner_of
     from .main import read_keys
 
-    if args.action == "info":
-        info = store.info()
-        if info["oldest"] is not None:
-            oldest = datetime.datetime.fromtimestamp(info["oldest"], datetime.timezone.utc)
-            info["oldest"] = oldest.isoformat(timespec="seconds")
-        for limit in ("max_age_days", "max_mb"):
-            info.pop(limit)
-        print(json.dumps(info, indent=2))
-    elif args.action == "delete":
+    if args.action == "delete":
         keys: list[str | None] = [None] if args.no_key else list(read_keys(args))
         responses = conversations = 0
         for key in keys:
@@ -113,8 +110,7 @@ def _run(args: argparse.Namespace, store: Any) -> None:
             responses, conversations = responses + r, conversations + c
         whose = "of the server without keys" if args.no_key else f"of {len(keys)} key(s)"
         print(
-            f"deleted {responses} response(s) and {conversations} web chat "
-            f"conversation(s) {whose}"
+            f"deleted {responses} response(s) and {conversations} web chat conversation(s) {whose}"
         )
     else:
         print(f"deleted {store.prune()} row(s) past the limits")

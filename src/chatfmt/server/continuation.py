@@ -9,7 +9,6 @@ the engine's prompt cache matches the whole earlier exchange.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,10 +84,12 @@ class Splicer:
         if k is None:
             return None
         # A control token the model wrote where the format has none (an <|im_start|> amid
-        # text, which the parser reads as text) must not become structure in later prompts:
-        # every control of the exact reply must be one the rendered reply has too.
+        # text, a stray </tool_call>, which the parser read as text) must not become
+        # structure in later prompts: the exact reply's controls must be those of the
+        # rendered reply, in order, with some left out (a bare-JSON call has no tags).
         controls = self.control_ids
-        exact = Counter(i for i in continuation.ids[-continuation.reply :] if i in controls)
-        if continuation.reply and exact - Counter(i for i in ids[start:k] if i in controls):
+        exact = continuation.ids[len(continuation.ids) - continuation.reply :]
+        rendered = iter([i for i in ids[start:k] if i in controls])
+        if not all(i in rendered for i in exact if i in controls):
             return None
         return [*continuation.ids, *ids[k:]]

@@ -27,6 +27,7 @@ _ERRORS: dict[int, str] = {
     415: "A body of the wrong content type (application/json; files: application/octet-stream)",
     502: "The engine failed",
     503: "The engine cannot be reached",
+    507: "The store is at its size limit, and this key stores the most",
 }
 
 

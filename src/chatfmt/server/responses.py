@@ -39,7 +39,7 @@ from .responses_input import (
 from .responses_output import OutputBuilder, item_id
 from .service import ChatService, Prepared, Turn, engine_tail
 from .sse import ClientGone, sse_response, until_disconnect
-from .store import BrokenChain, Chain, ExactIds, ResponseStore, owner_of
+from .store import BrokenChain, Chain, ExactIds, ResponseStore, StoreFull, owner_of
 
 log = logging.getLogger("chatfmt.server")
 
@@ -196,6 +196,9 @@ class ResponsesService:
             await asyncio.to_thread(
                 self.store.put, owner, response, _stored_items(items), [*new, reply], exact
             )
+        except StoreFull as exc:
+            log.warning("response %s not stored: %s", response["id"], exc)
+            response["store"] = False
         except Exception:
             log.exception("storing response %s failed", response["id"])
             response["store"] = False

@@ -29,12 +29,14 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ChatFmtError
+
+_T = TypeVar("_T")
 
 #: Each migration takes the schema from its index to the next version.
 _MIGRATIONS: tuple[str, ...] = (
@@ -75,6 +77,7 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE responses ADD COLUMN ids_base INTEGER;
     ALTER TABLE responses ADD COLUMN ids BLOB;
     ALTER TABLE responses ADD COLUMN reply INTEGER;
+    CREATE INDEX responses_previous ON responses (previous_id);
     """,
 )
 #: How often (seconds) writes also delete rows past their age.
@@ -96,20 +99,70 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 def store_version(path: str | Path) -> int:
     """The schema version of the response store at ``path``, read without changing the file;
     :class:`~chatfmt.errors.ChatFmtError` when it is not one."""
+    return _read_only(path, lambda db: _version(db, path))
+
+
+def read_info(path: str | Path) -> dict[str, Any]:
+    """:meth:`ResponseStore.info` of the store at ``path`` (of this schema version), read on a
+    read-only connection: the file is not changed (no migration, no checkpoint)."""
+
+    def describe(db: sqlite3.Connection) -> dict[str, Any]:
+        version = _version(db, path)
+        if version != SCHEMA_VERSION:
+            raise ChatFmtError(
+                f"{path} has schema version {version}, this chatfmt reads {SCHEMA_VERSION}; "
+                "chatfmt serve, store delete and store prune upgrade an older one"
+            )
+        return {"path": str(path), **_describe(db)}
+
+    return _read_only(path, describe)
+
+
+def _read_only(path: str | Path, read: Callable[[sqlite3.Connection], _T]) -> _T:
     try:
         db = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
         try:
-            version: int = db.execute("PRAGMA user_version").fetchone()[0]
-            table = db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'responses'"
-            ).fetchone()
+            return read(db)
         finally:
             db.close()
     except sqlite3.Error as exc:
         raise ChatFmtError(f"{path} is not a readable SQLite database ({exc})") from None
+
+
+def _version(db: sqlite3.Connection, path: str | Path) -> int:
+    version: int = db.execute("PRAGMA user_version").fetchone()[0]
+    table = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'responses'"
+    ).fetchone()
     if table is None or version < 1:
         raise ChatFmtError(f"{path} is not a chatfmt response store")
     return version
+
+
+def _used_bytes(db: sqlite3.Connection) -> int:
+    page_size, pages, free = (
+        db.execute(f"PRAGMA {name}").fetchone()[0]
+        for name in ("page_size", "page_count", "freelist_count")
+    )
+    return int(page_size * (pages - free))
+
+
+def _describe(db: sqlite3.Connection) -> dict[str, Any]:
+    responses, owners = db.execute(
+        "SELECT COUNT(*), COUNT(DISTINCT owner) FROM responses"
+    ).fetchone()
+    oldest = db.execute(
+        "SELECT MIN(t) FROM (SELECT MIN(created_at) AS t FROM responses "
+        "UNION ALL SELECT MIN(updated_at) FROM conversations)"
+    ).fetchone()[0]
+    return {
+        "schema_version": db.execute("PRAGMA user_version").fetchone()[0],
+        "responses": responses,
+        "conversations": db.execute("SELECT COUNT(*) FROM conversations").fetchone()[0],
+        "owners_with_responses": owners,
+        "bytes_used": _used_bytes(db),
+        "oldest": oldest,
+    }
 
 
 def owner_of(api_key: str | None) -> str:
@@ -121,6 +174,11 @@ def owner_of(api_key: str | None) -> str:
 
 class BrokenChain(ChatFmtError):
     """An earlier response of a conversation is gone (deleted, or past its age)."""
+
+
+class StoreFull(ChatFmtError):
+    """Keeping this would take the store past its size limit, and the key writing it already
+    stores the most: it is not kept (the other keys' data is not evicted for it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,27 +347,27 @@ class ResponseStore:
                     cutoff = now - self.max_age_days * 86400
                     self._db.execute("DELETE FROM responses WHERE created_at < ?", (cutoff,))
                     self._pruned = now
-                self._fit_size(keep=response["id"])
+                self._fit_size(writer=owner, keep=response["id"])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
 
     def _used_bytes(self) -> int:
-        page_size, pages, free = (
-            self._db.execute(f"PRAGMA {name}").fetchone()[0]
-            for name in ("page_size", "page_count", "freelist_count")
-        )
-        return int(page_size * (pages - free))
+        return _used_bytes(self._db)
 
     def _fit_size(
-        self, keep: str | None = None, keep_conversation: tuple[str, str] | None = None
+        self,
+        writer: str | None = None,
+        keep: str | None = None,
+        keep_conversation: tuple[str, str] | None = None,
     ) -> None:
         """Over ``max_mb``, free a tenth of it more than the excess (so that this runs once per
         tenth of growth), taking from the key that stores the most: its oldest web
         conversation or its oldest response together with the responses that continue it (a
         conversation without its start cannot be continued). The response just written and
-        the responses it continues (``keep``), and the web conversation just saved, stay."""
+        the responses it continues (``keep``), and the web conversation just saved, stay;
+        when the ``writer`` stores the most and has nothing else, :class:`StoreFull`."""
         if self.max_mb is None:
             return
         limit = self.max_mb * 1024 * 1024
@@ -329,6 +387,12 @@ class ResponseStore:
         while to_free > 0 and usage:
             owner = max(usage, key=usage.__getitem__)
             freed = self._evict_oldest(owner, protected, keep_conversation)
+            if freed == 0 and owner == writer:
+                raise StoreFull(
+                    f"the response store is at its size limit ({self.max_mb:g} MB) and this "
+                    "key stores the most, all of it the conversation being written; it was "
+                    "not kept. Start a new conversation, or raise --store-max-mb"
+                )
             if freed == 0:
                 del usage[owner]  # nothing of it may go
             else:
@@ -375,22 +439,20 @@ class ResponseStore:
             return int(size) or 1
         if response is None:
             return 0
-        freed, doomed = 0, [response[0]]
-        while doomed:  # the response, then those that continue it, generation by generation
-            marks = ", ".join("?" * len(doomed))
-            (size,) = db.execute(
-                f"SELECT COALESCE(SUM({_ROW_BYTES}), 0) FROM responses WHERE id IN ({marks})",
-                doomed,
-            ).fetchone()
-            freed += int(size) or 1
-            db.execute(f"DELETE FROM responses WHERE id IN ({marks})", doomed)
-            doomed = [
-                r[0]
-                for r in db.execute(
-                    f"SELECT id FROM responses WHERE previous_id IN ({marks})", doomed
-                ).fetchall()
-                if r[0] not in protected
-            ]
+        # The response and those continuing it, found along the previous_id index.
+        doomed = (
+            "WITH RECURSIVE doomed(id) AS (SELECT ? UNION SELECT r.id FROM responses r "
+            "JOIN doomed d ON r.previous_id = d.id) "
+        )
+        (size,) = db.execute(
+            f"{doomed}SELECT COALESCE(SUM({_ROW_BYTES}), 0) FROM responses "
+            "WHERE id IN (SELECT id FROM doomed)",
+            (response[0],),
+        ).fetchone()
+        db.execute(
+            f"{doomed}DELETE FROM responses WHERE id IN (SELECT id FROM doomed)", (response[0],)
+        )
+        freed = int(size) or 1
         return freed
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
@@ -472,7 +534,7 @@ class ResponseStore:
                 if self.max_age_days is not None:
                     cutoff = now - self.max_age_days * 86400
                     self._db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,))
-                self._fit_size(keep_conversation=(owner, cid))
+                self._fit_size(writer=owner, keep_conversation=(owner, cid))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -543,43 +605,30 @@ class ResponseStore:
         return n
 
     def info(self) -> dict[str, Any]:
-        """What the store holds: schema version, rows, owners, bytes in use."""
+        """What the store holds: schema version, rows, owners, bytes in use; its limits."""
         with self._lock:
-            db = self._db
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            responses, owners = db.execute(
-                "SELECT COUNT(*), COUNT(DISTINCT owner) FROM responses"
-            ).fetchone()
-            conversations = db.execute("SELECT COUNT(*) FROM conversations").fetchone()[0]
-            oldest = db.execute(
-                "SELECT MIN(t) FROM (SELECT MIN(created_at) AS t FROM responses "
-                "UNION ALL SELECT MIN(updated_at) FROM conversations)"
-            ).fetchone()[0]
-            used = self._used_bytes()
-        return {
-            "path": self.path,
-            "schema_version": version,
-            "responses": responses,
-            "conversations": conversations,
-            "owners_with_responses": owners,
-            "bytes_used": used,
-            "oldest": oldest,
-            "max_age_days": self.max_age_days,
-            "max_mb": self.max_mb,
-        }
+            held = _describe(self._db)
+        return {"path": self.path, **held, "max_age_days": self.max_age_days, "max_mb": self.max_mb}
 
     def prune(self) -> int:
         """Apply the age and size limits now; how many rows went."""
         with self._lock:
-            before = self._rows()
-            now = time.time()
-            if self.max_age_days is not None:
-                cutoff = now - self.max_age_days * 86400
-                self._db.execute("DELETE FROM responses WHERE created_at < ?", (cutoff,))
-                self._db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,))
-            self._fit_size()
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                before = self._rows()
+                now = time.time()
+                if self.max_age_days is not None:
+                    cutoff = now - self.max_age_days * 86400
+                    self._db.execute("DELETE FROM responses WHERE created_at < ?", (cutoff,))
+                    self._db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,))
+                self._fit_size()
+                gone = before - self._rows()
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
             self._pruned = now
-            return before - self._rows()
+            return gone
 
     def _rows(self) -> int:
         n: int = self._db.execute(

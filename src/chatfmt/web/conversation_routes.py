@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..server.errors import ApiError
 from ..server.http import json_response, read_json_body
 from ..server.openapi import error_responses, json_body
-from ..server.store import ResponseStore, owner_of
+from ..server.store import ResponseStore, StoreFull, owner_of
 from .schemas import CONVERSATION_ID
 
 #: The largest conversation kept (its JSON, images included).
@@ -96,7 +96,7 @@ def mount_conversations(
         "/api/conversations/{cid}",
         response_model=None,
         openapi_extra=json_body(ConversationState),
-        responses=error_responses(400, 401, 403, 413, 415),
+        responses=error_responses(400, 401, 403, 413, 415, 507),
     )
     async def save(request: Request, cid: str) -> Response:
         who = owner(request)
@@ -108,7 +108,10 @@ def mount_conversations(
             )
         state = await read_json_body(request, ConversationState)
         data = state.model_dump()
-        await asyncio.to_thread(kept().save_conversation, who, cid, _title(state), data)
+        try:
+            await asyncio.to_thread(kept().save_conversation, who, cid, _title(state), data)
+        except StoreFull as exc:
+            raise ApiError(507, str(exc), type="server_error", code="store_full") from None
         return json_response({"id": cid, "saved": True})
 
     @app.delete(
