@@ -16,9 +16,12 @@ import datetime
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ChatFmtError
+
+if TYPE_CHECKING:
+    from ..server.store import ResponseStore
 
 
 def add_store_parser(sub: Any) -> None:
@@ -50,7 +53,13 @@ def add_store_parser(sub: Any) -> None:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from ..server.store import SCHEMA_VERSION, ResponseStore, read_info, store_version
+    from ..server.store import (
+        SCHEMA_VERSION,
+        ResponseStore,
+        StoreUnavailable,
+        read_info,
+        store_version,
+    )
     from .main import default_store_path
 
     path = Path(args.store or default_store_path())
@@ -77,8 +86,8 @@ def cmd_store(args: argparse.Namespace) -> int:
         limits = {"max_age_days": args.max_age_days, "max_mb": args.max_mb}
     try:
         store = ResponseStore(path, **limits)
-    except ChatFmtError as exc:
-        raise ChatFmtError(str(exc).split("; give")[0]) from None
+    except StoreUnavailable as exc:
+        raise ChatFmtError(f"cannot open the response store {path} ({exc.reason})") from None
     try:
         _run(args, store)
     except sqlite3.Error as exc:
@@ -98,7 +107,7 @@ def _print_info(info: dict[str, Any]) -> None:
     print(json.dumps(info, indent=2))
 
 
-def _run(args: argparse.Namespace, store: Any) -> None:
+def _run(args: argparse.Namespace, store: ResponseStore) -> None:
     from ..server.store import owner_of
     from .main import read_keys
 

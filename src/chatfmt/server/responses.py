@@ -251,10 +251,7 @@ def _exact(
         return None
     if turn.decoder.stopped_by != "control":
         return None
-    for i, token in enumerate(ids):
-        if token in stop_ids:
-            ids = ids[:i]
-            break
+    ids = ids[: next((i for i, t in enumerate(ids) if t in stop_ids), len(ids))]
     parsed = turn.decoder.result()
     try:
         calls = [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls]

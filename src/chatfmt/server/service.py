@@ -230,8 +230,8 @@ class ChatService:
         """Validate and render a request (blocking, but never waiting for another render).
 
         With a ``continuation`` whose view is this request's render of the same messages, its
-        exact ids stand in for them (see :meth:`_splice`); ``view`` asks for the digest of the
-        rendered prompt (:attr:`Prepared.view`), to store with the reply."""
+        exact ids stand in for them (see :meth:`.Splicer.splice`); ``view`` asks for the
+        digest of the rendered prompt (:attr:`Prepared.view`), to store with the reply."""
         if req.n is not None and req.n != 1:
             raise ApiError(
                 400,
@@ -335,7 +335,7 @@ class ChatService:
         continuation: Continuation | None = None,
     ) -> tuple[RenderedPrompt, list[int], list[int] | None]:
         """The prompt's ids, those of the forced-call prefix, and the prompt with a
-        continuation's exact ids spliced in (``None``: not possible, see :meth:`_splice`).
+        continuation's exact ids spliced in (``None``: not possible, see :meth:`.Splicer.splice`).
 
         The shared, cached encoder serves a request of ordinary size when no other render is
         using it; otherwise this render takes an encoder of its own, so that no request ever

@@ -10,9 +10,10 @@ without keys): one key never reads, lists or deletes another's.
 WAL mode lets readers go on while one request writes; every call runs on a worker thread with
 its own short transaction, under one lock (SQLite serialises writers anyway). The schema
 carries its version in ``PRAGMA user_version`` and is migrated on open. Rows older than
-``max_age_days`` are deleted as new ones are written (at most once a minute), and the oldest
-go first when the data outgrows ``max_mb``. Deleted rows are overwritten on disk
-(``secure_delete``), so a key's data deleted is gone, not left in free pages.
+``max_age_days`` are deleted as new ones are written (at most once a minute); past ``max_mb``
+space is freed from the key that stores the most (see :meth:`ResponseStore._fit_size`).
+Deleted rows are overwritten on disk (``secure_delete``), so a key's data deleted is gone, not
+left in free pages.
 
 A row also keeps the exact token ids of its exchange (:class:`ExactIds`): the prompt the engine
 saw and the reply it produced, as the part added to the previous response's ids, so that a
@@ -176,6 +177,17 @@ class BrokenChain(ChatFmtError):
     """An earlier response of a conversation is gone (deleted, or past its age)."""
 
 
+class StoreUnavailable(ChatFmtError):
+    """The store's file cannot be opened (or migrated); ``reason`` says why."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"cannot open the response store {path!r} ({reason}); give a writable path with "
+            "--store, or --no-store to keep no responses"
+        )
+        self.path, self.reason = path, reason
+
+
 class StoreFull(ChatFmtError):
     """Keeping this would take the store past its size limit, and the key writing it already
     stores the most: it is not kept (the other keys' data is not evicted for it)."""
@@ -229,18 +241,16 @@ def _unpack(blob: bytes) -> list[int]:
     return ids.tolist()
 
 
-def _exact_ids(
-    pieces: list[tuple[int, bytes]], view: str | None
-) -> tuple[list[int] | None, str | None]:
+def _exact_ids(pieces: list[tuple[int, bytes]]) -> list[int] | None:
     """A chain's exact ids from its rows' pieces (newest first, ending at an anchor)."""
-    if not pieces or view is None or pieces[-1][0] != 0:
-        return None, None
+    if not pieces or pieces[-1][0] != 0:
+        return None
     ids: list[int] = []
     for base, tail in reversed(pieces):
         if base != len(ids):
-            return None, None  # each row continues its predecessor's whole exchange
-        ids[base:] = _unpack(tail)
-    return ids, view
+            return None  # each row continues its predecessor's whole exchange
+        ids += _unpack(tail)
+    return ids
 
 
 class StoredResponse:
@@ -283,10 +293,7 @@ class ResponseStore:
             self._db.execute("PRAGMA secure_delete=ON")
             self._migrate()
         except (sqlite3.Error, OSError) as exc:
-            raise ChatFmtError(
-                f"cannot open the response store {self.path!r} ({exc}); give a writable path "
-                "with --store, or --no-store to keep no responses"
-            ) from None
+            raise StoreUnavailable(self.path, str(exc)) from None
         self._lock = threading.Lock()
         self._pruned = 0.0
 
@@ -452,8 +459,7 @@ class ResponseStore:
         db.execute(
             f"{doomed}DELETE FROM responses WHERE id IN (SELECT id FROM doomed)", (response[0],)
         )
-        freed = int(size) or 1
-        return freed
+        return int(size) or 1
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
         """The owner's response ``response_id`` (``None``: none, or another owner's)."""
@@ -512,8 +518,8 @@ class ResponseStore:
                 parts.append(json.loads(added))
                 current = previous
         messages = [m for part in reversed(parts) for m in part]
-        ids, view = _exact_ids(pieces, view)
-        if ids is None or not 0 <= reply <= len(ids):
+        ids = _exact_ids(pieces)
+        if ids is None or view is None or not 0 <= reply <= len(ids):
             return Chain(messages)
         return Chain(messages, ids, view, reply)
 

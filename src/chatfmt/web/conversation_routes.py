@@ -89,7 +89,7 @@ def mount_conversations(
         who = owner(request)
         state = await asyncio.to_thread(kept().load_conversation, who, checked(cid))
         if state is None:
-            raise ApiError(404, f"conversation {cid!r} not found", type="not_found_error")
+            raise _not_found(cid)
         return json_response({"id": cid, **state})
 
     @app.put(
@@ -123,5 +123,9 @@ def mount_conversations(
         who = owner(request)
         gone = await asyncio.to_thread(kept().delete_conversation, who, checked(cid))
         if not gone:
-            raise ApiError(404, f"conversation {cid!r} not found", type="not_found_error")
+            raise _not_found(cid)
         return json_response({"id": cid, "deleted": True})
+
+
+def _not_found(cid: str) -> ApiError:
+    return ApiError(404, f"conversation {cid!r} not found", type="not_found_error")
