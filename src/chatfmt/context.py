@@ -4,7 +4,8 @@ Counts are what :meth:`Dialect.render` produces, tools and generation prompt inc
 count is never an estimate. Fitting keeps the leading system message(s) and the tools, keeps
 the newest turns, and drops whole turns from the oldest: a turn is a user message with every
 assistant message and tool result that follows it, so a tool call is never separated from its
-result and no message is cut in half.
+result and no message is cut in half. :func:`truncate_tool_results` cuts long tool results to
+a token budget instead, with a visible marker (:mod:`chatfmt.truncation`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .errors import ContextOverflowError
 from .messages import Conversation, Message, as_conversation
 from .segments import Block, BlockEncoder, RenderedPrompt
 from .tokenizers.base import Tokenizer
-from .tools.truncate import truncate
+from .truncation import truncate
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 import chatfmt
@@ -84,9 +85,8 @@ def test_model_text_cannot_inject_markup_or_escapes(qwen) -> None:  # type: igno
     assert "\x1b" not in shown and "done" in shown
 
 
+@pytest.mark.slow  # a real kernel
 def test_interpreter_figures_are_saved_and_their_path_shown(qwen, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import pytest
-
     pytest.importorskip("ipykernel", reason="needs the jupyter extra")
     from chatfmt.interpreter import JupyterInterpreter
 

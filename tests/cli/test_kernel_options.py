@@ -49,8 +49,10 @@ def test_bad_options_name_the_flag(argv: list[str], needle: str) -> None:
         kernel_kwargs(parse(*argv))
 
 
+@pytest.mark.slow  # a real kernel
 def test_file_goes_into_the_working_directory_and_the_system_prompt(tmp_path: Path) -> None:
     pytest.importorskip("ipykernel", reason="needs the jupyter extra")
+    pytest.importorskip("pandas", reason="needs the data extra (chatfmt[data])")
     from chatfmt.interpreter import JupyterInterpreter
 
     data = tmp_path / "sales.csv"

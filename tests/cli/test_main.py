@@ -197,3 +197,25 @@ def test_serve_reads_api_keys_from_a_file_and_refuses_an_empty_one(tmp_path: Pat
     assert out.returncode == 2 and "printable ASCII" in out.stderr
     out = run("serve", "--api-key-file", str(tmp_path / "missing.txt"), "--port", "1")
     assert out.returncode == 2 and "--api-key-file" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--store-max-age-days", "0"], "--store-max-age-days must be positive"),
+        (["--store-max-mb", "-1"], "--store-max-mb 0 (no limit) or more"),
+        (["--max-upload-mb", "9", "--max-body-mb", "8"], "at most --max-body-mb (8)"),
+        (["--max-body-mb", "0", "--max-upload-mb", "0.5"], "--max-upload-mb must be positive"),
+        (["--max-messages", "0"], "--max-messages must be positive, got 0"),
+        (["--header-timeout", "-1"], "--header-timeout must be positive"),
+        (["--max-connections-per-client", "-1"], "--max-connections-per-client must be 0"),
+    ],
+)
+def test_serve_checks_its_flags_before_loading_the_model(
+    capsys: pytest.CaptureFixture[str], flags: list[str], needle: str
+) -> None:
+    from chatfmt.cli import main
+
+    assert main(["serve", "--port", "1", "--no-store", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("chatfmt: error: ") and needle in err, err

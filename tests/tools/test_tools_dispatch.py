@@ -239,6 +239,18 @@ def test_truncate_function_edges() -> None:
         truncate("x", max_tokens=3)
 
 
+def test_truncate_lives_in_the_core_and_tools_re_export_it() -> None:
+    import importlib
+
+    import chatfmt.truncation as core
+
+    # The package's `truncate` (the function) hides its submodule of that name as an attribute.
+    tools_truncate = importlib.import_module("chatfmt.tools.truncate")
+
+    assert truncate is core.truncate is tools_truncate.truncate
+    assert tools_truncate.marker is core.marker
+
+
 def test_result_to_message(reg: ToolRegistry) -> None:
     msg = reg.call("echo", {"text": "<|observation|> stays text"}).to_message("call_1")
     assert msg == Message(

@@ -1,7 +1,11 @@
-"""``chatfmt serve``: build the engine, dialect and app, and run uvicorn."""
+"""``chatfmt serve``: its options (:func:`add_serve_parser`), the command (:func:`cmd_serve`:
+flags checked, web chat and interpreter pool configured), and the library behind it: build the
+engine (:func:`build_engine`, shared with ``chatfmt chat``), pick the dialect, create the app
+and run uvicorn (:func:`run_server`)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Sequence
@@ -12,7 +16,22 @@ from .._imports import require
 from ..dialects import get_dialect
 from ..dialects.base import Dialect
 from ..engines.default_model import DEFAULT_MODEL_NAME, resolve_model
-from ..errors import ChatFmtError
+from ..errors import ChatFmtError, MissingDependencyError
+from .kernel import (
+    add_kernel_options,
+    add_public_bind_option,
+    check_public_bind,
+    interpreter_wanted,
+)
+from .options import (
+    UsageError,
+    add_engine_options,
+    default_store_path,
+    engine_options,
+    fail,
+    load_tools_file,
+    read_keys,
+)
 
 if TYPE_CHECKING:
     from ..engines.base import Engine
@@ -251,3 +270,200 @@ def run_server(
     except KeyboardInterrupt:
         # uvicorn shut down gracefully and re-raised Ctrl+C: a normal way to stop serving.
         pass
+
+
+# ==== The command ====
+
+
+def add_serve_parser(sub: Any) -> None:
+    """The ``serve`` command and its options, on the ``chatfmt`` parser's ``sub``."""
+    p = sub.add_parser("serve", help="OpenAI-compatible API and web chat")
+    add_engine_options(p)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", action="append",
+                   help="require this bearer token (repeat for several keys; stored responses "
+                   "belong to the key that made them)")  # fmt: skip
+    p.add_argument("--api-key-file", metavar="FILE", help="API keys, one per line")
+    p.add_argument("--store", metavar="PATH",
+                   help="SQLite file keeping Responses API responses (default: in the user's "
+                   "data directory)")  # fmt: skip
+    p.add_argument("--no-store", action="store_true", help="keep no responses")
+    p.add_argument("--store-max-age-days", type=float, default=30.0, metavar="DAYS",
+                   help="delete stored responses older than this (default: 30)")  # fmt: skip
+    p.add_argument("--store-max-mb", type=float, default=1024.0, metavar="MB",
+                   help="past this much stored data, the oldest responses and web chat "
+                   "conversations go first; 0 for no limit (default: 1024)")  # fmt: skip
+    p.add_argument("--threads", type=int, help="CPU threads for the local model")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        metavar="N",
+        help="conversations the llama-server engine decodes at once, each with its own "
+        "context of --n-ctx tokens and prompt cache (default: 4)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl+C, how long requests in flight may take to finish (default: 30)",
+    )
+    p.add_argument(
+        "--no-call-grammar",
+        action="store_true",
+        help="leave tool calls unconstrained when the model may answer in text (tool_choice "
+        '"auto"); forced calls, strict tools and response_format are still constrained',
+    )
+    limits = p.add_argument_group("limits per request and client")
+    limits.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=8.0,
+        metavar="MB",
+        help="largest request body; larger ones get 413 (default: 8)",
+    )
+    limits.add_argument(
+        "--max-messages",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="most messages in one request (default: 4096)",
+    )
+    limits.add_argument(
+        "--max-tools",
+        type=int,
+        default=512,
+        metavar="N",
+        help="most tools in one request (default: 512)",
+    )
+    limits.add_argument(
+        "--header-timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="a connection must send its request headers within this (default: 20)",
+    )
+    limits.add_argument("--body-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="a request body must arrive within this of its headers "
+                        "(default: 60)")  # fmt: skip
+    limits.add_argument("--max-connections-per-client", type=int, default=64, metavar="N",
+                        help="open connections one client address may hold; 0 for no cap, e.g. "
+                        "behind a reverse proxy (default: 64)")  # fmt: skip
+    p.add_argument("--tools", metavar="FILE.py", help="tools for the web chat (default: demo)")
+    p.add_argument("--no-interpreter", action="store_true", help="no code interpreter mode")
+    p.add_argument("--max-upload-mb", type=float, default=8.0, metavar="MB",
+                   help="largest file the web chat uploads to the interpreter; at most "
+                   "--max-body-mb (default: 8)")  # fmt: skip
+    add_kernel_options(p)
+    add_public_bind_option(p)
+    p.add_argument("--no-web", action="store_true", help="serve only the API, no web chat")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``chatfmt serve``: check the flags before the model loads, then :func:`run_server` with
+    the web chat (and a warm interpreter kernel) mounted unless ``--no-web``."""
+    from ..server.http import check_api_key
+
+    api_key = read_keys(args) or None
+    check_api_key(api_key)  # before the model loads: a key no client could send
+    wanted = interpreter_wanted(args)
+    check_public_bind(args.host, api_key, interpreter=wanted, allow=args.allow_public_without_key)
+    tools = load_tools_file(args.tools) if args.tools else None
+    if args.store_max_age_days <= 0 or args.store_max_mb < 0:
+        fail("--store-max-age-days must be positive, and --store-max-mb 0 (no limit) or more")
+    if not 0 < args.max_upload_mb <= args.max_body_mb:
+        fail(f"--max-upload-mb must be positive and at most --max-body-mb ({args.max_body_mb:g})")
+
+    def configure(app: Any, engine: Any, dialect: Dialect) -> None:
+        from ..web import demo_tools, mount_web
+
+        factory, sandbox_line = None, None
+        if not args.no_interpreter:
+            try:
+                require_jupyter()
+            except MissingDependencyError:
+                pass  # the web chat offers chat and tool modes only
+            else:
+                import atexit
+
+                from ..interpreter import KernelPool
+                from .kernel import announce, kernel_kwargs
+
+                kwargs = kernel_kwargs(args)
+                announce(kwargs)
+                sandbox_line = kwargs["sandbox"].describe()
+                # A warm kernel waits for the next conversation that asks for the interpreter.
+                pool = KernelPool(size=1, **kwargs).start()
+                atexit.register(pool.close)
+                factory = pool.acquire
+        mount_web(
+            app,
+            engine=engine,
+            dialect=dialect,
+            tools=tools if tools is not None else demo_tools(),
+            interpreter_factory=factory,
+            model_name=model_name(args.model),
+            api_key=api_key,
+            allowed_hosts=trusted_hosts(args.host),
+            sandbox=sandbox_line,
+            max_upload_bytes=round(args.max_upload_mb * 1024 * 1024),
+            store=app.state.store,
+        )
+
+    run_server(
+        model=args.model,
+        dialect=args.dialect,
+        host=args.host,
+        port=args.port,
+        api_key=api_key,
+        store=None if args.no_store else (args.store or default_store_path()),
+        store_max_age_days=args.store_max_age_days,
+        store_max_mb=args.store_max_mb or None,
+        n_threads=args.threads,
+        parallel=args.parallel,
+        drain_timeout=args.drain_timeout,
+        call_grammar=not args.no_call_grammar,
+        limits=server_limits(args),
+        configure=None if args.no_web else configure,
+        **{**engine_options(args), "engine": args.engine or "llama-server"},
+    )
+    return 0
+
+
+def server_limits(args: argparse.Namespace) -> ServerLimits:
+    """The server limits the flags ask for (each flag is named in the limit's own errors)."""
+    from ..server.limits import ServerLimits
+
+    per_client = args.max_connections_per_client
+    if per_client < 0:
+        raise UsageError(
+            f"--max-connections-per-client must be 0 (no cap) or more, got {per_client}"
+        )
+    for flag, value in (
+        ("--max-body-mb", args.max_body_mb),
+        ("--max-messages", args.max_messages),
+        ("--max-tools", args.max_tools),
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+    ):
+        if not value > 0:
+            raise UsageError(f"{flag} must be positive, got {value}")
+    try:
+        return ServerLimits(
+            max_body_bytes=round(args.max_body_mb * 1024 * 1024),
+            max_messages=args.max_messages,
+            max_tools=args.max_tools,
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
+            max_connections_per_client=per_client if per_client > 0 else None,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def require_jupyter() -> None:
+    """Raise MissingDependencyError unless the interpreter's kernel packages are installed."""
+    require("jupyter_client", extra="jupyter")
+    require("ipykernel", extra="jupyter")
