@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ChatFmtError
 
 if TYPE_CHECKING:
-    from ..store import AdminStorage
+    from ..server.store import ResponseStore
 
 
 def add_store_parser(sub: Any) -> None:
@@ -53,7 +53,13 @@ def add_store_parser(sub: Any) -> None:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from ..store import SCHEMA_VERSION, StoreUnavailable, open_store, read_info, store_version
+    from ..server.store import (
+        SCHEMA_VERSION,
+        ResponseStore,
+        StoreUnavailable,
+        read_info,
+        store_version,
+    )
     from .options import default_store_path
 
     path = Path(args.store or default_store_path())
@@ -79,7 +85,7 @@ def cmd_store(args: argparse.Namespace) -> int:
             raise ChatFmtError("give --max-age-days or --max-mb: what to prune")
         limits = {"max_age_days": args.max_age_days, "max_mb": args.max_mb}
     try:
-        store = open_store(path, **limits)
+        store = ResponseStore(path, **limits)
     except StoreUnavailable as exc:
         raise ChatFmtError(f"cannot open the response store {path} ({exc.reason})") from None
     try:
@@ -101,8 +107,8 @@ def _print_info(info: dict[str, Any]) -> None:
     print(json.dumps(info, indent=2))
 
 
-def _run(args: argparse.Namespace, store: AdminStorage) -> None:
-    from ..store import owner_of
+def _run(args: argparse.Namespace, store: ResponseStore) -> None:
+    from ..server.store import owner_of
     from .options import read_keys
 
     if args.action == "delete":
