@@ -12,9 +12,13 @@ Every error says what is wrong and what to do about it. The tree::
     ├── SchemaError (ValueError)       a JSON schema a grammar cannot enforce (strict) or read
     ├── ToolError                      a tool could not be registered or called
     ├── InterpreterError               the code interpreter could not run code
-    └── EngineError                    the model runtime or remote engine failed
-        ├── EngineUnavailableError     it cannot be reached or is not ready (retry later)
-        └── RemoteHTTPError            a remote engine answered an HTTP error (``status_code``)
+    ├── EngineError                    the model runtime or remote engine failed
+    │   ├── EngineUnavailableError     it cannot be reached or is not ready (retry later)
+    │   └── RemoteHTTPError            a remote engine answered an HTTP error (``status_code``)
+    └── StoreError                     the response store (``chatfmt.store``) refused or failed
+        ├── StoreUnavailable           its file cannot be opened or migrated (``path``, ``reason``)
+        ├── StoreFull                  past its size limit, and the writing key stores the most
+        └── BrokenChain                an earlier response of the conversation is gone
     MissingDependencyError (ImportError)  an optional extra is not installed
 
 Lenient parsing of model output never raises: what does not parse is text, with a warning.
@@ -97,6 +101,31 @@ class RemoteHTTPError(EngineError):
     def __init__(self, message: str, *, status_code: int) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class StoreError(ChatFmtError):
+    """The response store refused a request or failed (see :mod:`chatfmt.store`)."""
+
+
+class StoreUnavailable(StoreError):
+    """The store's file cannot be opened (or migrated); ``reason`` says why."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"cannot open the response store {path!r} ({reason}); give a writable path with "
+            "--store, or --no-store to keep no responses"
+        )
+        self.path, self.reason = path, reason
+
+
+class StoreFull(StoreError):
+    """Keeping this would take the store past its size limit, and the key writing it already
+    stores the most: it is not kept (the other keys' data is not evicted for it)."""
+
+
+class BrokenChain(StoreError):
+    """An earlier response of a conversation is gone (deleted, evicted, or past its age): the
+    conversation cannot be continued, and a response continuing it is not kept."""
 
 
 class MissingDependencyError(ImportError):

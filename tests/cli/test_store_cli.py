@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from chatfmt.server.store import ResponseStore, owner_of
+from chatfmt.store import ResponseStore, owner_of
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -40,7 +40,7 @@ def test_info_delete_and_prune(tmp_path: Path) -> None:
     assert info.returncode == 0, info.stderr
     shown = json.loads(info.stdout)
     assert shown["responses"] == 6 and shown["conversations"] == 1
-    assert shown["owners_with_responses"] == 3 and shown["schema_version"] == 4
+    assert shown["owners_with_responses"] == 3 and shown["schema_version"] == 5
 
     keys = tmp_path / "keys.txt"
     keys.write_text("# Alice asked for her data to be deleted\nalice-key\n")

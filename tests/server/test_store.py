@@ -1,200 +1,187 @@
-"""The response store on a real SQLite file: schema version, migrations on open, retention,
-owners, and the errors that name the fix."""
+"""The store as the server uses it, through the HTTP app with two keys: a store busy evicting
+(or just slow) never holds up requests that do not use it; a continuation whose conversation
+lost a response while it was generated says it was not stored; the web chat's conversation
+routes answer 400 for what cannot be stored. (The store's own tests are in tests/store/.)"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
-from chatfmt.errors import ChatFmtError
-from chatfmt.server.store import ResponseStore, owner_of
+pytest.importorskip("fastapi", reason="the server extra (chatfmt[server]) is not installed")
+
+from fastapi import Request  # noqa: E402
+
+from chatfmt.dialects import get_dialect  # noqa: E402
+from chatfmt.engines.fake import FakeEngine  # noqa: E402
+from chatfmt.server import create_app  # noqa: E402
+from chatfmt.server.http import require_bearer  # noqa: E402
+from chatfmt.store import ResponseStore, StoredResponse, owner_of  # noqa: E402
+from chatfmt.tokenizers.base import Tokenizer  # noqa: E402
+from chatfmt.web.conversation_routes import mount_conversations  # noqa: E402
+
+pytestmark = pytest.mark.anyio
+
+KEYS = ["key-a", "key-b"]
+A = {"Authorization": "Bearer key-a"}
+B = {"Authorization": "Bearer key-b"}
+#: A chat whose prompt is rendered on a worker thread (past the inline size).
+BIG_CHAT = {"messages": [{"role": "user", "content": "word " * 4000}]}
+#: Generous: alone, this chat takes a few tens of milliseconds.
+BOUND_S = 2.5
 
 
-def response(rid: str, previous: str | None = None) -> dict[str, object]:
-    return {"id": rid, "object": "response", "previous_response_id": previous, "output": []}
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
-def test_schema_is_versioned_and_reopening_keeps_the_data(tmp_path: Path) -> None:
-    path = tmp_path / "r.sqlite3"
-    store = ResponseStore(path)
-    store.put("o", response("resp_1"), [{"id": "msg_1"}], [{"role": "user", "content": "hi"}])
-    store.close()
-    assert path.stat().st_mode & 0o777 == 0o600  # conversations are private
+def make_app(tok: Tokenizer, store: ResponseStore, script: Any = None) -> Any:
+    engine = FakeEngine(tok, script or ("Hello there!<|im_end|>",))
+    app = create_app(engine, get_dialect("qwen2.5"), model_name="m", store=store, api_key=KEYS)
+
+    def check(request: Request) -> str | None:
+        return require_bearer(request, KEYS)
+
+    mount_conversations(app, store, check=check)
+    return app
+
+
+def client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+
+
+def fill_conversations(path: Path, owner: str, n: int) -> None:
+    """``n`` web conversations of ~1 KB, written straight into the file (fast)."""
+    ResponseStore(path).close()
+    state = json.dumps({"messages": [{"role": "user", "content": "x" * 900}]})
+    start = time.time() - 3600
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    again = ResponseStore(path)
-    assert again.conversation("o", "resp_1") == [{"role": "user", "content": "hi"}]
-    assert again.integrity() == "ok"
-
-
-def test_a_newer_schema_is_refused_with_the_fix(tmp_path: Path) -> None:
-    path = tmp_path / "r.sqlite3"
-    with sqlite3.connect(path) as db:
-        db.execute("PRAGMA user_version = 99")
-    with pytest.raises(ChatFmtError, match=r"newer than this chatfmt knows.*--no-store"):
-        ResponseStore(path)
-
-
-def test_owners_never_see_each_other(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3")
-    alice, bob = owner_of("key-a"), owner_of("key-b")
-    assert alice != bob and "key-a" not in alice
-    store.put(alice, response("resp_a"), [], [])
-    assert store.get(bob, "resp_a") is None and not store.delete(bob, "resp_a")
-    assert store.get(alice, "resp_a") is not None
-    assert store.delete_owner(alice) == (1, 0) and store.count() == 0
-
-
-def test_old_rows_go_when_new_ones_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_age_days=1)
-    now = time.time()
-    monkeypatch.setattr(time, "time", lambda: now - 2 * 86400)
-    store.put("o", response("resp_old"), [], [])
-    monkeypatch.setattr(time, "time", lambda: now)
-    store.put("o", response("resp_new"), [], [])
-    assert store.get("o", "resp_old") is None and store.get("o", "resp_new") is not None
-
-
-def test_an_unwritable_path_names_the_fix(tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
-    with pytest.raises(ChatFmtError, match=r"cannot open the response store.*--store"):
-        ResponseStore(blocker / "r.sqlite3")
-
-
-def test_a_chain_with_a_deleted_link_says_so(tmp_path: Path) -> None:
-    from chatfmt.server.store import BrokenChain
-
-    store = ResponseStore(tmp_path / "r.sqlite3")
-    store.put("o", response("resp_1"), [], [{"role": "user", "content": "a"}])
-    store.put("o", response("resp_2", "resp_1"), [], [{"role": "user", "content": "b"}])
-    assert [m["content"] for m in store.conversation("o", "resp_2") or ()] == ["a", "b"]
-    store.delete("o", "resp_1")
-    with pytest.raises(BrokenChain, match=r"resp_1.*is gone"):
-        store.conversation("o", "resp_2")
-
-
-def test_exact_ids_are_kept_as_each_rows_addition(tmp_path: Path) -> None:
-    from chatfmt.server.store import ExactIds
-
-    store = ResponseStore(tmp_path / "r.sqlite3")
-    say = [{"role": "user", "content": "x"}]
-    store.put("o", response("r1"), [], say, ExactIds("v1", 0, [1, 2, 3, 70000], 2))
-    store.put("o", response("r2", "r1"), [], say, ExactIds("v2", 4, [5, 6], 1))
-    store.put("o", response("r3", "r2"), [], say, ExactIds("v3", 6, [7], 1))
-    chain = store.chain("o", "r3")
-    assert chain is not None and chain.ids == [1, 2, 3, 70000, 5, 6, 7] and chain.view == "v3"
-    assert chain.reply == 1
-    assert len(chain.messages) == 3
-    # A row that starts over (base 0) is an anchor: what came before is not needed.
-    store.put("o", response("r4", "r3"), [], say, ExactIds("v4", 0, [9, 9], 1))
-    assert store.chain("o", "r4").ids == [9, 9]  # type: ignore[union-attr]
-    # A row without ids (a reply its ids did not match) breaks the exact chain, not the
-    # conversation; so does a row claiming more ids than its predecessor kept.
-    store.put("o", response("r5", "r4"), [], say)
-    store.put("o", response("r6", "r5"), [], say, ExactIds("v6", 3, [1], 1))
-    store.put("o", response("r7", "r4"), [], say, ExactIds("v7", 5, [1], 1))
-    store.put("o", response("r8", "r4"), [], say, ExactIds("v8", 1, [1], 1))  # too few
-    for rid in ("r5", "r6", "r7", "r8"):
-        chain = store.chain("o", rid)
-        assert chain is not None and chain.ids is None and len(chain.messages) >= 5
-
-
-def test_version_3_rows_migrate_and_continue_by_rendering(tmp_path: Path) -> None:
-    from chatfmt.server import store as store_module
-
-    path = tmp_path / "r.sqlite3"
-    with sqlite3.connect(path) as db:  # a database as chatfmt's previous schema left it
-        for script in store_module._MIGRATIONS[:3]:
-            db.executescript(script)
-        db.execute("PRAGMA user_version = 3")
-        db.execute(
-            "INSERT INTO responses (id, owner, previous_id, created_at, response, input_items,"
-            " conversation, messages) VALUES ('r1', 'o', NULL, ?, '{}', '[]', 'null', ?)",
-            (time.time(), '[{"role": "user", "content": "old"}]'),
+        db.executemany(
+            "INSERT INTO conversations VALUES (?, ?, 't', ?, ?)",
+            ((f"conv-{i:06d}", owner, start + i * 1e-3, state) for i in range(n)),
         )
-    store = ResponseStore(path)
-    chain = store.chain("o", "r1")
-    assert chain is not None and chain.messages[0]["content"] == "old" and chain.ids is None
-    assert store.info()["schema_version"] == 4
 
 
-def test_the_size_limit_deletes_the_oldest_first(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.25)
-    text = "y" * 20_000
-    for i in range(40):
-        store.put("o", response(f"r{i}"), [], [{"role": "user", "content": text}])
-    info = store.info()
-    assert info["bytes_used"] <= 0.25 * 1024 * 1024
-    assert 0 < info["responses"] < 40
-    assert store.get("o", "r39") is not None and store.get("o", "r0") is None
+async def timed_chat_beside(c: httpx.AsyncClient, busy: Any) -> tuple[float, list[Any]]:
+    """Key B's chat completion while ``busy`` runs and B's own store lookups wait: its time,
+    and what the others answered."""
+    others = [asyncio.create_task(busy)]
+    await asyncio.sleep(0.05)  # the store is busy now
+    others += [
+        asyncio.create_task(c.get("/v1/responses/resp_nothing", headers=B)) for _ in range(16)
+    ]
+    await asyncio.sleep(0.05)
+    start = time.perf_counter()
+    chat = await c.post("/v1/chat/completions", json=BIG_CHAT, headers=B)
+    took = time.perf_counter() - start
+    assert chat.status_code == 200, chat.text
+    return took, await asyncio.gather(*others)
 
 
-def test_the_size_limit_takes_from_the_key_that_stores_the_most(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.5)
-    alice, bob = owner_of("a"), owner_of("b")
-    say = [{"role": "user", "content": "y" * 10_000}]
-    for i in range(20):
-        store.put(alice, response(f"a{i}"), [], say)
-    for i in range(40):  # Bob writes twice as much, two responses a conversation
-        store.put(bob, response(f"b{i}", f"b{i - 1}" if i % 2 else None), [], say)
-    rows = store._db.execute("SELECT owner, id, previous_id FROM responses").fetchall()
-    kept = {o: [i for oo, i, _ in rows if oo == o] for o in (alice, bob)}
-    # Bob's oldest went, not all of Alice's; his newest conversation is whole.
-    assert len(kept[alice]) >= 10 and "a19" in kept[alice], kept
-    assert "b0" not in kept[bob] and {"b38", "b39"} <= set(kept[bob])
-    # A conversation goes with its start: no response is left continuing a gone one.
-    ids = {i for _, i, _ in rows}
-    assert all(p is None or p in ids for _, _, p in rows)
-    assert store.info()["bytes_used"] <= 0.5 * 1024 * 1024
-
-
-def test_a_key_whose_one_conversation_outgrows_the_store_evicts_no_one(tmp_path: Path) -> None:
-    from chatfmt.server.store import StoreFull
-
-    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.5)
-    alice, bob = owner_of("a"), owner_of("b")
-    say = [{"role": "user", "content": "y" * 10_000}]
-    for i in range(10):
-        store.put(bob, response(f"b{i}"), [], say)
-    store.save_conversation(bob, "c1", "Bob's", {"messages": say})
-    previous = None
-    with pytest.raises(StoreFull, match="--store-max-mb"):
-        for i in range(120):  # Alice continues one conversation, turn after turn
-            store.put(alice, response(f"a{i}", previous), [], say)
-            previous = f"a{i}"
-    # Alice's conversation stopped being kept; Bob's data is all there.
-    assert all(store.get(bob, f"b{i}") is not None for i in range(10))
-    assert store.load_conversation(bob, "c1") is not None
-    assert store.chain(alice, previous) is not None  # what was kept still continues
-    assert store.info()["bytes_used"] <= 0.6 * 1024 * 1024
-
-
-def test_a_keys_data_deleted_leaves_no_copy_on_disk(tmp_path: Path) -> None:
+async def test_evicting_for_one_key_does_not_stall_another_keys_chat(
+    qwen: Tokenizer, tmp_path: Path
+) -> None:
+    """Key A's save evicts thousands of its conversations (16 MB store, full): each used to
+    cost a sort of all of A's conversations under the store's lock (seconds), while store
+    calls waiting for it filled the thread pool that rendering uses, and B's chat waited."""
     path = tmp_path / "r.sqlite3"
-    store = ResponseStore(path)
-    alice, bob = owner_of("key-a"), owner_of("key-b")
-    secret = "alice-secret-" + "s" * 64
-    store.put(alice, response("ra"), [], [{"role": "user", "content": secret}])
-    store.save_conversation(alice, "c1", "t", {"messages": [{"content": secret}]})
-    store.put(bob, response("rb"), [], [{"role": "user", "content": "bob's"}])
-    assert store.delete_owner(alice) == (1, 1)
-    assert store.get(bob, "rb") is not None
-    on_disk = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
-    assert secret.encode() not in on_disk and b"bob's" in on_disk
-    # Set on the connection, also where SQLite's build leaves it off (this one has it on).
-    assert store._db.execute("PRAGMA secure_delete").fetchone()[0] == 1
+    fill_conversations(path, owner_of("key-a"), 17_000)
+    store = ResponseStore(path, max_mb=16)
+    app = make_app(qwen, store)
+    state = {"messages": [{"role": "user", "content": "one more"}]}
+    async with client(app) as c:
+        save = c.put("/api/conversations/conv-evicting", json=state, headers=A)
+        took, (saved, *lookups) = await timed_chat_beside(c, save)
+    assert saved.status_code == 200, saved.text
+    assert all(r.status_code == 404 for r in lookups)
+    assert store.info()["conversations"] < 15_000  # it did evict
+    assert took < BOUND_S, f"key B's chat took {took:.2f} s beside key A's eviction"
 
 
-def test_prune_applies_the_age_limit_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_age_days=1)
-    now = time.time()
-    monkeypatch.setattr(time, "time", lambda: now - 2 * 86400)
-    store.put("o", response("r_old"), [], [])
-    store.save_conversation("o", "c_old", "t", {})
-    monkeypatch.setattr(time, "time", lambda: now)
-    assert store.prune() == 2 and store.info()["responses"] == 0
+async def test_a_slow_store_holds_up_only_store_calls(
+    qwen: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store calls run on the store's own threads: however long they wait, a chat that does
+    not use the store gets a thread to render on."""
+    store = ResponseStore(tmp_path / "r.sqlite3")
+
+    def slow_get(owner: str, rid: str) -> StoredResponse | None:
+        time.sleep(4 * BOUND_S / 2)
+        return None
+
+    monkeypatch.setattr(store, "get", slow_get)
+    app = make_app(qwen, store)
+    async with client(app) as c:
+        took, lookups = await timed_chat_beside(
+            c, c.get("/v1/responses/resp_slow", headers=A)
+        )
+    assert all(r.status_code == 404 for r in lookups)
+    assert took < BOUND_S, f"key B's chat took {took:.2f} s beside a slow store"
+
+
+async def test_a_continuation_whose_conversation_lost_a_response_is_not_stored(
+    qwen: Tokenizer, tmp_path: Path
+) -> None:
+    """The response it continues is deleted while it generates: the answer comes, says
+    ``store: false`` (it could not be continued), and is not found afterwards."""
+    store = ResponseStore(tmp_path / "r.sqlite3")
+    doomed: list[str] = []
+
+    def reply(_prompt: list[int]) -> str:
+        while doomed:  # deleted by its key while this reply is generated
+            assert store.delete(owner_of("key-a"), doomed.pop())
+        return "Hello there!<|im_end|>"
+
+    app = make_app(qwen, store, reply)
+    async with client(app) as c:
+        first = (await c.post("/v1/responses", json={"model": "m", "input": "hi"}, headers=A))
+        assert first.json()["store"] is True
+        for stream in (False, True):
+            parent = (
+                await c.post("/v1/responses", json={"model": "m", "input": "hi"}, headers=A)
+            ).json()["id"]
+            doomed.append(parent)
+            body = {"model": "m", "input": "again", "previous_response_id": parent}
+            r = await c.post("/v1/responses", json={**body, "stream": stream}, headers=A)
+            assert r.status_code == 200, r.text
+            if stream:
+                events = [json.loads(line[6:]) for line in r.text.splitlines() if line[:6] == "data: "]
+                answer = events[-1]["response"]
+                assert events[-1]["type"] == "response.completed"
+            else:
+                answer = r.json()
+            assert answer["store"] is False and answer["output"][0]["content"][0]["text"]
+            gone = await c.get(f"/v1/responses/{answer['id']}", headers=A)
+            assert gone.status_code == 404
+    assert store.count() == 1  # the first response only
+
+
+async def test_a_lone_surrogate_in_a_saved_conversation_is_a_400(
+    qwen: Tokenizer, tmp_path: Path
+) -> None:
+    store = ResponseStore(tmp_path / "r.sqlite3")
+    app = make_app(qwen, store)
+    json_type = {**A, "Content-Type": "application/json"}
+    async with client(app) as c:
+        for raw in (
+            '{"messages": [{"role": "user", "content": "\\udfff"}]}',
+            '{"messages": [], "system": "a\\ud800b"}',
+            '{"messages": [{"\\udfff": 1}]}',
+        ):
+            r = await c.put("/api/conversations/conv-surrogate", content=raw, headers=json_type)
+            assert r.status_code == 400, r.text
+            assert "lone surrogate" in r.json()["error"]["message"]
+        assert (await c.get("/api/conversations/conv-surrogate", headers=A)).status_code == 404
+        fine = '{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}]}'  # a pair: text
+        r = await c.put("/api/conversations/conv-surrogate", content=fine, headers=json_type)
+        assert r.status_code == 200, r.text
+        # Kept for its key only.
+        assert (await c.get("/api/conversations/conv-surrogate", headers=B)).status_code == 404

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ChatFmtError
 
 if TYPE_CHECKING:
-    from ..server.store import ResponseStore
+    from ..store import AdminStorage
 
 
 def add_store_parser(sub: Any) -> None:
@@ -53,14 +53,8 @@ def add_store_parser(sub: Any) -> None:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from ..server.store import (
-        SCHEMA_VERSION,
-        ResponseStore,
-        StoreUnavailable,
-        read_info,
-        store_version,
-    )
-    from .options import default_store_path
+    from ..store import SCHEMA_VERSION, StoreUnavailable, open_store, read_info, store_version
+    from .main import default_store_path
 
     path = Path(args.store or default_store_path())
     if not path.is_file():
@@ -85,7 +79,7 @@ def cmd_store(args: argparse.Namespace) -> int:
             raise ChatFmtError("give --max-age-days or --max-mb: what to prune")
         limits = {"max_age_days": args.max_age_days, "max_mb": args.max_mb}
     try:
-        store = ResponseStore(path, **limits)
+        store = open_store(path, **limits)
     except StoreUnavailable as exc:
         raise ChatFmtError(f"cannot open the response store {path} ({exc.reason})") from None
     try:
@@ -107,9 +101,9 @@ def _print_info(info: dict[str, Any]) -> None:
     print(json.dumps(info, indent=2))
 
 
-def _run(args: argparse.Namespace, store: ResponseStore) -> None:
-    from ..server.store import owner_of
-    from .options import read_keys
+def _run(args: argparse.Namespace, store: AdminStorage) -> None:
+    from ..store import owner_of
+    from .main import read_keys
 
     if args.action == "delete":
         keys: list[str | None] = [None] if args.no_key else list(read_keys(args))

@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..dialects.base import Dialect
 from ..engines.base import Engine
+from ..store import AsyncStore, Storage
 from .errors import ApiError, validation_error
 from .http import ApiKeys, check_api_key, error_response, install_error_handler
 from .limits import DEFAULT_LIMITS, BodyLimitMiddleware, ServerLimits
@@ -19,7 +20,6 @@ from .responses import ResponsesService, build_responses_router
 from .routes import build_router
 from .schemas import ChatCompletionChunk, ChatCompletionRequest
 from .service import ChatService
-from .store import ResponseStore
 
 log = logging.getLogger("chatfmt.server")
 
@@ -32,7 +32,7 @@ def create_app(
     api_key: ApiKeys = None,
     limits: ServerLimits = DEFAULT_LIMITS,
     call_grammar: bool = True,
-    store: ResponseStore | None = None,
+    store: Storage | None = None,
 ) -> FastAPI:
     """An OpenAI-compatible app serving ``engine`` through ``dialect``.
 
@@ -100,6 +100,8 @@ def create_app(
 
     app.include_router(build_router(service, api_key=api_key))
     app.state.store = store
-    app.include_router(build_responses_router(ResponsesService(service, store), api_key=api_key))
+    # The store's calls run on its own threads (AsyncStore), never in the pool rendering uses.
+    kept = None if store is None else AsyncStore(store)
+    app.include_router(build_responses_router(ResponsesService(service, kept), api_key=api_key))
     publish_models(app, ChatCompletionRequest, ChatCompletionChunk, drop_validation_errors=True)
     return app

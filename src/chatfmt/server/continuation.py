@@ -16,8 +16,8 @@ from ..dialects.base import Dialect
 from ..errors import ChatFmtError
 from ..messages import Conversation
 from ..segments import BlockEncoder
+from ..store import view_of
 from ..tokenizers.base import Tokenizer
-from .store import view_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from ..errors import EngineError
 from ..events import Finish
+from ..store import AsyncStore, BrokenChain, Chain, ExactIds, StoreFull, owner_of
 from .continuation import Continuation
 from .errors import ApiError, engine_api_error, validation_error
 from .http import ApiKeys, json_bytes, json_response, read_json_body, require_bearer
@@ -39,7 +40,6 @@ from .responses_input import (
 from .responses_output import OutputBuilder, item_id
 from .service import ChatService, Prepared, Turn, engine_tail
 from .sse import ClientGone, sse_response, until_disconnect
-from .store import BrokenChain, Chain, ExactIds, ResponseStore, StoreFull, owner_of
 
 log = logging.getLogger("chatfmt.server")
 
@@ -76,7 +76,7 @@ def _stored_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class ResponsesService:
     """Responses for one chat service; ``store`` keeps them (``None``: nothing is kept)."""
 
-    def __init__(self, chat: ChatService, store: ResponseStore | None) -> None:
+    def __init__(self, chat: ChatService, store: AsyncStore | None) -> None:
         self.chat = chat
         self.store = store
 
@@ -99,7 +99,7 @@ class ResponsesService:
                     param="previous_response_id",
                 )
             try:
-                chain = await asyncio.to_thread(self.store.chain, owner, req.previous_response_id)
+                chain = await self.store.chain(owner, req.previous_response_id)
             except BrokenChain as exc:
                 raise ApiError(
                     404, str(exc), param="previous_response_id", code="previous_response_not_found"
@@ -193,10 +193,10 @@ class ResponsesService:
         reply = _reply(response)
         exact = _exact(prep, generated, reply, self.chat.stop_ids)
         try:
-            await asyncio.to_thread(
-                self.store.put, owner, response, _stored_items(items), [*new, reply], exact
-            )
-        except StoreFull as exc:
+            await self.store.put(owner, response, _stored_items(items), [*new, reply], exact)
+        except (StoreFull, BrokenChain) as exc:
+            # Not kept, and the body says so (store: false): the limit, or the conversation
+            # it continues lost a response while it was generated (it could not be continued).
             log.warning("response %s not stored: %s", response["id"], exc)
             response["store"] = False
         except Exception:
@@ -352,7 +352,7 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
             raise ApiError(
                 404, "this server keeps no responses (--no-store)", type="not_found_error"
             )
-        found = await asyncio.to_thread(svc.store.get, owner, rid)
+        found = await svc.store.get(owner, rid)
         if found is None:
             raise ApiError(
                 404, f"response {rid!r} not found", type="not_found_error", param="response_id"
@@ -369,7 +369,7 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
     @router.delete("/v1/responses/{rid}", response_model=None, responses=error_responses(401, 404))
     async def delete(request: Request, rid: str) -> Response:
         owner = owner_of(require_bearer(request, api_key))
-        if svc.store is None or not await asyncio.to_thread(svc.store.delete, owner, rid):
+        if svc.store is None or not await svc.store.delete(owner, rid):
             await stored(request, rid)  # answers the 404 that says why
         return json_response({"id": rid, "object": "response.deleted", "deleted": True})
 

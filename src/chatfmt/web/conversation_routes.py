@@ -2,23 +2,25 @@
 conversation started in one browser can be continued in another. The page stays offline-first
 (its own storage is what it draws from); these routes are where it keeps a copy.
 
-Conversations live in the response store's database (:mod:`chatfmt.server.store`) and belong to
-the API key that saved them: one key never lists, reads or deletes another's.
+Conversations live in the response store (:mod:`chatfmt.store`, any backend of its
+:class:`~chatfmt.store.Storage` protocol) and belong to the API key that saved them: one key
+never lists, reads or deletes another's. The store's calls run on its own threads
+(:class:`~chatfmt.store.AsyncStore`), so a slow save never holds up requests that do not use it.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..server.errors import ApiError
 from ..server.http import json_response, read_json_body
 from ..server.openapi import error_responses, json_body
-from ..server.store import ResponseStore, StoreFull, owner_of
+from ..store import AsyncStore, Storage, StoreFull, owner_of
 from .schemas import CONVERSATION_ID
 
 #: The largest conversation kept (its JSON, images included).
@@ -37,6 +39,21 @@ class ConversationState(BaseModel):
     mode: str = "chat"
     system: str = ""
 
+    @model_validator(mode="after")
+    def _valid_text(self) -> ConversationState:
+        # Kept as UTF-8: a lone surrogate (from a "\udfff" escape) is no text, and would fail
+        # in the store's write (a 500) rather than here (a 400 that says why).
+        text = json.dumps(self.model_dump(), ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            code = ord(text[exc.start])
+            raise ValueError(
+                f"the conversation contains a lone surrogate (U+{code:04X}); send valid "
+                "Unicode text"
+            ) from None
+        return self
+
 
 def _title(state: ConversationState) -> str:
     first = next((m for m in state.messages if m.get("role") == "user"), None)
@@ -47,7 +64,7 @@ def _title(state: ConversationState) -> str:
 
 def mount_conversations(
     app: FastAPI,
-    store: ResponseStore | None,
+    store: Storage | None,
     *,
     check: Callable[[Request], str | None],
 ) -> None:
@@ -55,15 +72,17 @@ def mount_conversations(
     ``check`` authenticates (returning the key used) and refuses what the page may not send;
     without a store, the list says so and the rest are 404s."""
 
+    kept_by = None if store is None else AsyncStore(store)
+
     def owner(request: Request) -> str:
         return owner_of(check(request))
 
-    def kept() -> ResponseStore:
-        if store is None:
+    def kept() -> AsyncStore:
+        if kept_by is None:
             raise ApiError(
                 404, "this server keeps no conversations (--no-store)", type="not_found_error"
             )
-        return store
+        return kept_by
 
     def checked(cid: str) -> str:
         if not CONVERSATION_ID.fullmatch(cid):
@@ -75,9 +94,9 @@ def mount_conversations(
     @app.get("/api/conversations", response_model=None, responses=error_responses(401, 403))
     async def listing(request: Request) -> Response:
         who = owner(request)
-        if store is None:
+        if kept_by is None:
             return json_response({"stored": False, "conversations": []})
-        rows = await asyncio.to_thread(store.conversations, who)
+        rows = await kept_by.conversations(who)
         return json_response({"stored": True, "conversations": rows})
 
     @app.get(
@@ -87,7 +106,7 @@ def mount_conversations(
     )
     async def load(request: Request, cid: str) -> Response:
         who = owner(request)
-        state = await asyncio.to_thread(kept().load_conversation, who, checked(cid))
+        state = await kept().load_conversation(who, checked(cid))
         if state is None:
             raise _not_found(cid)
         return json_response({"id": cid, **state})
@@ -109,7 +128,7 @@ def mount_conversations(
         state = await read_json_body(request, ConversationState)
         data = state.model_dump()
         try:
-            await asyncio.to_thread(kept().save_conversation, who, cid, _title(state), data)
+            await kept().save_conversation(who, cid, _title(state), data)
         except StoreFull as exc:
             raise ApiError(507, str(exc), type="server_error", code="store_full") from None
         return json_response({"id": cid, "saved": True})
@@ -121,7 +140,7 @@ def mount_conversations(
     )
     async def delete(request: Request, cid: str) -> Response:
         who = owner(request)
-        gone = await asyncio.to_thread(kept().delete_conversation, who, checked(cid))
+        gone = await kept().delete_conversation(who, checked(cid))
         if not gone:
             raise _not_found(cid)
         return json_response({"id": cid, "deleted": True})
