@@ -1,4 +1,10 @@
-"""Shared fixtures: real tokenizers, and the reference assets beside the project."""
+"""Shared fixtures: real tokenizers, and the reference assets beside the project; and the
+``slow`` marker given to every test that starts a real model runtime, kernel or browser.
+
+Two tiers: ``pytest -m "not slow"`` (``scripts/test --fast``) runs without llama.cpp, a
+model, a kernel or a browser in a few minutes; plain ``pytest`` (``scripts/test``, CI) runs
+everything. A test that needs an optional part and finds it missing skips, saying which.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +32,41 @@ settings.register_profile("default", max_examples=_EXAMPLES, deadline=None)
 # runs draw new examples each time and keep finding new cases.
 settings.register_profile("ci", max_examples=_EXAMPLES, deadline=None, derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+#: Fixtures that start (or assemble) a real model runtime, kernel or browser: a test that uses
+#: one, directly or through another fixture, is ``slow``.
+SLOW_FIXTURES = frozenset(
+    {
+        "default_model_path",  # the embedded model, run by llama.cpp
+        "llama_server_binary",
+        "raw_llama_server",
+        "gemma_gguf",
+        "gemma",
+        "kernel",  # tests/interpreter: a Jupyter kernel
+        "browser",  # tests/web: Chromium
+        "chromium",
+    }
+)
+#: Fixtures with a generic name that start one only in the module that defines them.
+SLOW_MODULE_FIXTURES = {"web/test_files.py": frozenset({"app"})}  # a real sandboxed kernel
+#: Modules whose every test needs one without going through a fixture above.
+SLOW_MODULES = frozenset({"server/test_real_model.py"})  # both engines on the default model
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` each test that needs a real model runtime, kernel or browser (see
+    :data:`SLOW_FIXTURES`), so that ``-m "not slow"`` is the fast tier in any environment."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        path = item.path.resolve()
+        module = path.relative_to(tests).as_posix() if path.is_relative_to(tests) else ""
+        used = set(getattr(item, "fixturenames", ()))
+        if (
+            module in SLOW_MODULES
+            or used & SLOW_FIXTURES
+            or used & SLOW_MODULE_FIXTURES.get(module, frozenset())
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -152,11 +193,13 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def gemma(gemma_gguf: Path):  # type: ignore[no-untyped-def]
-    """The Gemma 3 vocabulary, read from the GGUF by llama.cpp."""
+def gemma(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """The Gemma 3 vocabulary, read from the GGUF by llama.cpp (skips without llama.cpp,
+    before assembling the GGUF)."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (chatfmt[local])")
     from chatfmt.tokenizers import load_tokenizer
 
-    return load_tokenizer(str(gemma_gguf))
+    return load_tokenizer(str(request.getfixturevalue("gemma_gguf")))
 
 
 @pytest.fixture(scope="session")
