@@ -50,7 +50,14 @@ SLOW_FIXTURES = frozenset(
 #: Fixtures with a generic name that start one only in the module that defines them.
 SLOW_MODULE_FIXTURES = {"web/test_files.py": frozenset({"app"})}  # a real sandboxed kernel
 #: Modules whose every test needs one without going through a fixture above.
-SLOW_MODULES = frozenset({"server/test_real_model.py"})  # both engines on the default model
+SLOW_MODULES = frozenset(
+    {
+        "server/test_real_model.py",  # both engines on the default model
+        "web/test_tenants.py",  # real kernels per API key
+    }
+)
+#: Single tests that start one themselves (better: ``@pytest.mark.slow`` on the test).
+SLOW_TESTS = frozenset({"web/test_files.py::test_an_upload_past_the_disk_cap_is_refused"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -63,6 +70,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         used = set(getattr(item, "fixturenames", ()))
         if (
             module in SLOW_MODULES
+            or f"{module}::{item.name}" in SLOW_TESTS
             or used & SLOW_FIXTURES
             or used & SLOW_MODULE_FIXTURES.get(module, frozenset())
         ):
