@@ -19,7 +19,15 @@ from hypothesis import strategies as st
 from chatfmt import get_dialect
 from chatfmt.decoding import ControlSplitter, TurnDecoder, held_suffix, split_controls
 from chatfmt.dialects.base import Dialect
-from chatfmt.events import Event, Finish, ParseResult, SegmentEnd, ToolCallStart, merge_deltas
+from chatfmt.events import (
+    Event,
+    Finish,
+    ParseResult,
+    SegmentEnd,
+    ToolCallEnd,
+    ToolCallStart,
+    merge_deltas,
+)
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Piece, Tokenizer
 
@@ -257,7 +265,10 @@ def test_stop_string_cuts_an_open_call_and_finishes_with_stop() -> None:
         assert result.tool_calls == []
         assert result.finish_reason == "stop"
         assert events[-1].reason == "stop"  # type: ignore[union-attr]
-        assert "cut off by a stop sequence" in result.warnings[-1]
+        # The call the stop string cut is incomplete, with what the model wrote before it.
+        assert [(c.name, c.arguments) for c in result.incomplete_calls] == [("f", '{"q": "a ')]
+        assert ToolCallEnd(0, complete=False) in events
+        assert "not runnable" in result.warnings[-1]
 
 
 def test_stop_string_after_a_complete_call_keeps_it() -> None:
@@ -353,7 +364,7 @@ def test_held_suffix_is_the_longest_proper_prefix_suffix(text: str, markers: lis
     assert held_suffix(text, markers) == expected
 
 
-def test_a_cut_interpreter_segment_leaves_no_trace() -> None:
+def test_a_cut_interpreter_segment_is_not_runnable() -> None:
     glm3 = get_dialect("chatglm3")
     text = "\n Let me compute.<|assistant|>interpreter\n```python\nprint(1)\nSTOP more"
     turn = TurnDecoder(glm3, stop_strings=["STOP"])
@@ -361,6 +372,9 @@ def test_a_cut_interpreter_segment_leaves_no_trace() -> None:
     result = turn.result()
     assert result.content == "Let me compute." and result.tool_calls == []
     assert result.finish_reason == "stop"
-    assert result.warnings == ["tool call 0 was cut off by a stop sequence and dropped"]
-    assert not any(isinstance(e, SegmentEnd) and e.metadata == "interpreter" for e in events)
+    assert [c.name for c in result.incomplete_calls] == ["interpreter"]
+    assert result.warnings == [
+        "tool call 0 is unterminated (its code fence is open); it is incomplete and not runnable"
+    ]
+    assert ToolCallEnd(0, complete=False) in events
     assert events[-1] == Finish("stop")

@@ -18,17 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from .events import (
-    Event,
-    Finish,
-    FinishReason,
-    ParseResult,
-    SegmentEnd,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-)
-from .messages import Message
+from .events import Event, ParseResult
 from .segments import Control
 from .tokenizers.base import Piece, Tokenizer
 
@@ -172,10 +162,10 @@ class TurnDecoder:
       dialect's :class:`ControlSplitter`;
     - a stop id or stop control ends the turn and never reaches the parser;
     - ``stop_strings`` end it at the text before the match that starts first (as in the whole
-      text); a tool call already started at that point is cut off: it is dropped (its
-      arguments are incomplete) with a warning, and the turn finishes with ``stop`` unless
-      complete calls remain. Call text not yet recognised as a call (no name streamed yet, a
-      ChatGLM3 call segment) stays text, as when output is cut by ``length``;
+      text), as a stop token would: a tool call already started at that point did not close,
+      so the parser ends it incomplete (never runnable, see ``dialects/parsers/calls.py``), and
+      the turn finishes with ``stop`` unless complete calls remain. Call text not yet
+      recognised as a call (no name streamed yet, a ChatGLM3 call segment) stays text;
     - text output has lone surrogates (which no tokenizer produces, but a JSON ``\\ud800``
       escape from a text-only server can) replaced by U+FFFD;
     - after the end, everything fed is ignored (:attr:`done`).
@@ -199,8 +189,6 @@ class TurnDecoder:
         self._stop_ids = frozenset(dialect.stop_ids(tokenizer)) if tokenizer is not None else ()
         self._stop_controls = frozenset(dialect.stop_controls)
         self._stops = StopStrings(stop_strings)
-        self._open: dict[int, str] = {}  # parser call index → id, for calls not yet ended
-        self._cut: dict[int, str] = {}  # calls a stop string cut off
         #: What ended the turn (``None`` while it runs): a stop ``control`` (id or text), a
         #: stop ``string``, ``length``, or the ``end`` of the output.
         self.stopped_by: StopKind | None = None
@@ -218,7 +206,7 @@ class TurnDecoder:
         events: list[Event] = []
         for piece in pieces:
             events.extend(self.parser.feed(piece))
-        return self._track(events)
+        return events
 
     def feed_ids(self, ids: Iterable[int]) -> list[Event]:
         """Generated token ids (needs the tokenizer)."""
@@ -285,33 +273,8 @@ class TurnDecoder:
     # ==== Output ====
 
     def result(self) -> ParseResult:
-        """The parsed turn (call after :meth:`finish`), without calls a stop string cut off."""
-        result = self.parser.result()
-        if not self._cut:
-            return result
-        cut = set(self._cut.values())
-        messages: list[Message] = []
-        for m in result.messages:
-            calls = tuple(c for c in m.tool_calls or () if c.id not in cut)
-            if calls == tuple(m.tool_calls or ()):
-                messages.append(m)
-            elif calls or m.content or m.reasoning is not None:
-                messages.append(m.model_copy(update={"tool_calls": calls or None}))
-        if not messages:
-            messages = [Message(role="assistant", content=None)]
-        # The parser's own note on how it closed a cut call is moot: the call is gone.
-        moot = tuple(f"tool call {i} " for i in self._cut)
-        warnings = [
-            *(w for w in result.warnings if not w.startswith(moot)),
-            *(
-                f"tool call {i} was cut off by a stop sequence and dropped"
-                for i in sorted(self._cut)
-            ),
-        ]
-        reason: FinishReason = result.finish_reason
-        if reason == "tool_calls" and not any(m.tool_calls for m in messages):
-            reason = "stop"
-        return ParseResult(messages, reason, warnings)
+        """The parsed turn (call after :meth:`finish`)."""
+        return self.parser.result()
 
     # ==== Internals ====
 
@@ -331,18 +294,17 @@ class TurnDecoder:
                     events += self._stop_text(*stops.flush())
                     if self.done:
                         break
-                events += self._track(feed(piece))
+                events += feed(piece)
             elif not stops:
-                events += feed(piece)  # no stop strings: no call can be cut, nothing to track
+                events += feed(piece)
             else:
                 events += self._stop_text(*stops.feed(piece))
         return events
 
     def _stop_text(self, text: str, hit: bool) -> list[Event]:
         """Text that passed the stop strings; ``hit``: a stop string came right after it."""
-        events = self._track(self.parser.feed(text)) if text else []
+        events = self.parser.feed(text) if text else []
         if hit:
-            self._cut = dict(self._open)
             events += self._end("string", "stop")
         return events
 
@@ -355,34 +317,7 @@ class TurnDecoder:
 
     def _end(self, kind: StopKind, reason: Literal["stop", "length"]) -> list[Event]:
         self.stopped_by = kind
-        return self._track(self.parser.finish(reason))
-
-    def _track(self, events: list[Event]) -> list[Event]:
-        """Follow which calls are open; drop what the parser adds to calls that were cut.
-        Only a stop string can cut a call, so without stop strings there is nothing to do."""
-        if not events or not self._stops:
-            return events
-        cut = self._cut
-        out: list[Event] = []
-        dropped_end = False
-        for ev in events:
-            if isinstance(ev, ToolCallStart):
-                self._open[ev.index] = ev.id
-            elif isinstance(ev, ToolCallEnd):
-                self._open.pop(ev.index, None)
-                if ev.index in cut:
-                    dropped_end = True
-                    continue
-            elif isinstance(ev, ToolCallDelta) and ev.index in cut:
-                continue
-            elif isinstance(ev, SegmentEnd) and dropped_end:
-                dropped_end = False  # the segment of a cut call (ChatGLM3) goes with it
-                continue
-            elif isinstance(ev, Finish) and cut and ev.reason == "tool_calls":
-                kept = self.result().finish_reason
-                ev = Finish(kept)
-            out.append(ev)
-        return out
+        return self.parser.finish(reason)
 
 
 def decode_turn(

@@ -2,7 +2,8 @@
 
 Deltas are append-only: the concatenation of every :class:`TextDelta` is the final text, of
 every :class:`ReasoningDelta` the final reasoning, and of every :class:`ToolCallDelta` of one
-call its final ``arguments`` JSON.
+call its final ``arguments`` JSON, or, for a call that ends with ``ToolCallEnd(complete=False)``,
+the partial arguments the model wrote before it was cut off (chatfmt never completes them).
 """
 
 from __future__ import annotations
@@ -49,9 +50,13 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallEnd:
-    """Call ``index`` is complete."""
+    """Call ``index`` ended. ``complete`` is False for a call that did not close (cut by
+    ``length``, the turn ended inside it, or its JSON broke): its arguments are the partial text
+    the model wrote, it is never runnable and it is reported in
+    :attr:`ParseResult.incomplete_calls`, not among the message's calls."""
 
     index: int
+    complete: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +115,29 @@ _EVENT_TYPES = {
 
 def event_json(event: Event) -> dict[str, Any]:
     """The event as a JSON object: ``{"type": "text", "text": ...}`` and so on (what
-    ``chatfmt parse --stream`` prints)."""
-    return {"type": _EVENT_TYPES[type(event)], **asdict(event)}
+    ``chatfmt parse --stream`` prints). A :class:`ToolCallEnd` carries ``"complete": false``
+    only for a call that did not close; absent, it is true."""
+    out = {"type": _EVENT_TYPES[type(event)], **asdict(event)}
+    if isinstance(event, ToolCallEnd) and event.complete:
+        del out["complete"]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class IncompleteCall:
+    """A call the model announced but did not close (see :class:`ToolCallEnd`): never run.
+
+    ``arguments`` is the partial arguments text exactly as it was streamed (not valid JSON in
+    general), ``raw`` the exact text the model wrote for the call."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+    raw: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -121,12 +147,16 @@ class ParseResult:
     ``messages`` are the turn's parts in the dialect's own history shape (ChatGLM3 writes a
     text part and each tool call as separate ``<|assistant|>`` segments); :attr:`message` merges
     them into one OpenAI-shaped assistant message. ``warnings`` says why output that looked like
-    a tool call was kept as text.
+    a tool call was kept as text, or was cut off. ``incomplete_calls`` are the calls that were
+    announced but did not close: they are in no message (nothing that runs calls from a parsed
+    message can run one), and a turn that has them never finishes with ``tool_calls`` because
+    of them.
     """
 
     messages: list[Message]
     finish_reason: FinishReason = "stop"
     warnings: list[str] = field(default_factory=list)
+    incomplete_calls: list[IncompleteCall] = field(default_factory=list)
 
     @property
     def content(self) -> str | None:
@@ -154,9 +184,12 @@ class ParseResult:
         )
 
     def to_openai(self) -> dict[str, Any]:
-        """The turn in OpenAI's assistant-message shape (plus ``finish_reason``)."""
+        """The turn in OpenAI's assistant-message shape (plus ``finish_reason``, and
+        ``incomplete_calls`` and ``warnings`` when there are any)."""
         out = self.message.to_openai()
         out["finish_reason"] = self.finish_reason
+        if self.incomplete_calls:
+            out["incomplete_calls"] = [c.to_json() for c in self.incomplete_calls]
         if self.warnings:
             out["warnings"] = list(self.warnings)
         return out

@@ -4,8 +4,9 @@ Dialects whose calls are a JSON object (Hermes/Qwen2.5 ``{"name": …, "argument
 JSON-call families such as Llama 3 and GLM-4) feed the model's text to :class:`CallScanner` as it
 streams. It checks the JSON character by character, picks out the call's ``name`` and its
 ``arguments`` (or ``parameters``), and says how much of the arguments text is safe to stream:
-text that closers can always complete into a valid object, so a call cut off mid-way still ends
-with valid arguments.
+a prefix of valid JSON that no later character can take back (a number or a literal streams
+only once it ends). A call cut off mid-way is never completed: its streamed text is all there
+is of it (see ``dialects/parsers/calls.py``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ class CallScanner:
     It validates as it goes (so a malformed object is detected at the first bad character),
     records the top-level ``name`` and the ``arguments`` (or ``parameters``) value, and keeps the
     raw arguments text, marking how much of it is *safe*: a valid JSON prefix that appending
-    closers (and a quote) turns into a valid object. Only safe text is streamed, so a call that
-    is cut off can still be closed with valid arguments.
+    closers (and a quote) would turn into a valid object. Only safe text is streamed, so what a
+    client has received is always the start of the arguments the model is writing.
     """
 
     def __init__(self) -> None:
@@ -83,11 +84,6 @@ class CallScanner:
         self._pending_len = len(rest)
         self._safe_len = 0
         return out
-
-    def completion(self) -> str:
-        """What turns the taken safe text into a complete JSON object."""
-        closers = "".join("}" if c == "{" else "]" for c in reversed(self.stack[self._args_base :]))
-        return ('"' if self._safe_in_string else "") + closers
 
     def _args_add(self, text: str) -> None:
         self._pending.append(text)

@@ -328,14 +328,19 @@ def test_bad_names_degrade() -> None:
 
 
 def test_truncated_output() -> None:
+    # Code cut off is never runnable: an incomplete call, its code as written.
     r = dialect().parse("interpreter\n ```python\nprint(1", finish_reason="length")
-    assert r.finish_reason == "length"
-    assert r.tool_calls[0].arguments_dict() == {"code": "print(1"}
+    assert r.finish_reason == "length" and r.tool_calls == []
+    assert r.incomplete_calls[0].arguments == '{"code": "print(1'
+    r = dialect().parse("interpreter\n ```python\nprint(1")  # stopped with its fence open
+    assert r.finish_reason == "stop" and r.tool_calls == [] and r.incomplete_calls
+    r = dialect().parse("interpreter\nprint(1)")  # unfenced, ended by the stop: complete
+    assert r.tool_calls[0].arguments_dict() == {"code": "print(1)"}
     r = dialect().parse("get_w\n ```python\ntool_call(a=", finish_reason="length")
     assert r.finish_reason == "length"
     assert r.tool_calls == [] and r.warnings
     r = dialect().parse("interpreter\n ```pyth", finish_reason="length")
-    assert r.tool_calls[0].arguments_dict() == {"code": ""}
+    assert r.tool_calls == [] and r.incomplete_calls[0].arguments == '{"code": "'
 
 
 def test_unfenced_call_is_accepted() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from chatfmt.decoding import ControlSplitter
 from chatfmt.dialects.chatml import ChatML, Qwen25
-from chatfmt.dialects.hermes import HermesParser
+from chatfmt.dialects.parsers.hermes import HermesParser
 from chatfmt.events import (
     Event,
     Finish,
@@ -63,6 +63,11 @@ def check_events(events: list[Event], result: ParseResult) -> None:
     final = result.content or ""
     calls: list[dict[str, Any]] = []
     open_index: int | None = None
+    # Every announced call in order, complete or not: its final arguments.
+    incomplete = {c.index: c for c in result.incomplete_calls}
+    complete = iter(result.tool_calls)
+    n_calls = len(result.tool_calls) + len(incomplete)
+    ordered = [incomplete.get(i) or next(complete) for i in range(n_calls)]
     for e in events:
         if isinstance(e, TextDelta):
             assert e.text and open_index is None
@@ -75,13 +80,14 @@ def check_events(events: list[Event], result: ParseResult) -> None:
         elif isinstance(e, ToolCallDelta):
             assert e.index == open_index and e.arguments
             calls[e.index]["arguments"] += e.arguments
-            assert result.tool_calls[e.index].arguments.startswith(calls[e.index]["arguments"])
+            assert ordered[e.index].arguments.startswith(calls[e.index]["arguments"])
         elif isinstance(e, ToolCallEnd):
             assert e.index == open_index
+            assert e.complete == (e.index not in incomplete)
             open_index = None
     assert open_index is None
     assert text == final
-    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
+    assert [(c.id, c.name, c.arguments) for c in ordered] == [
         (c["id"], c["name"], c["arguments"]) for c in calls
     ]
     for c in result.tool_calls:
@@ -259,12 +265,17 @@ def test_split_utf8_through_the_decoder(qwen: Any) -> None:
 
 
 def test_length_cut_output() -> None:
+    # A call cut off is incomplete: never among the calls, its arguments never completed.
     r = whole('Sure.\n<tool_call>\n{"name": "f", "arguments": {"a": "Par', "length")
-    assert r.finish_reason == "length"
-    assert r.tool_calls[0].arguments == '{"a": "Par"}'
-    assert r.warnings and "cut off" in r.warnings[0]
+    assert r.finish_reason == "length" and r.tool_calls == [] and r.content == "Sure."
+    assert r.incomplete_calls[0].arguments == '{"a": "Par'
+    assert r.warnings and "cut off" in r.warnings[0] and "not runnable" in r.warnings[0]
     r = whole('<tool_call>\n{"name": "f", "argum', "length")
-    assert r.tool_calls[0].arguments == "{}"
+    assert r.tool_calls == [] and r.incomplete_calls[0].arguments == ""
+    # Arguments complete, the call object not: still incomplete.
+    r = whole('<tool_call>\n{"name": "f", "arguments": {"a": 1}', "stop")
+    assert r.tool_calls == [] and r.incomplete_calls[0].arguments == '{"a": 1}'
+    assert r.finish_reason == "stop"
     r = whole('<tool_call>\n{"na', "length")
     assert r.tool_calls == [] and r.content == '<tool_call>\n{"na'
     assert r.finish_reason == "length"
@@ -282,12 +293,14 @@ def test_malformed_json_in_tags_degrades_to_text() -> None:
         r = whole(text)
         assert r.content == text and r.tool_calls == [], text
         assert r.warnings, text
-    # Broken after the name: the call is kept, its arguments closed validly, and we say so.
+    # Broken after the name: the call is incomplete, its arguments as far as they were valid.
     r = whole('<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call> after')
-    assert r.tool_calls[0].arguments == "{}"
+    assert r.tool_calls == [] and r.incomplete_calls[0].arguments == "{"
+    assert r.content == " after" and r.finish_reason == "stop"
+    assert r.incomplete_calls[0].raw == '<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call>'
     assert r.warnings
     r = whole('<tool_call>{"name": "f", "arguments": {"a": "x", "b": [1, oops]}}</tool_call>')
-    assert r.tool_calls[0].arguments == '{"a": "x", "b": []}'
+    assert r.incomplete_calls[0].arguments == '{"a": "x", "b": ['
 
 
 def test_separator_newlines_are_not_content() -> None:
@@ -522,8 +535,7 @@ def test_deep_nesting_never_raises() -> None:
         '<tool_call>{"name": "f", "arguments": {"a": ' + "[" * 5000 + "]" * 5000 + "}}</tool_call>"
     )
     r = whole(deep)
-    assert r.tool_calls[0].name == "f" and r.warnings
-    assert isinstance(r.tool_calls[0].arguments_dict(), dict)
+    assert r.incomplete_calls[0].name == "f" and r.warnings and r.tool_calls == []
     r = whole('{"a": ' * 5000)
     assert r.content == '{"a": ' * 5000 and r.tool_calls == []
     r = whole('{"name": "f", "arguments": "' + "[" * 5000 + '"}')
@@ -539,7 +551,7 @@ def test_huge_number_in_arguments_never_contradicts_the_stream() -> None:
     events += p.finish()
     streamed = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta))
     result = p.result()
-    assert result.tool_calls[0].arguments == streamed
+    assert result.incomplete_calls[0].arguments == streamed and result.tool_calls == []
     assert result.warnings
 
 

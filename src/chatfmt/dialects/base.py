@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from ..decoding import decode_turn, split_controls
-from ..events import Event, FinishReason, ParseResult
+from ..events import Event, FinishReason, IncompleteCall, ParseResult
 from ..grammar import Grammar, ToolLike
 from ..messages import Conversation, Message, Tool, ToolCall, as_conversation, new_call_id
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
@@ -167,8 +167,10 @@ class Dialect(ABC):
     # ==== Parsing ====
 
     @abstractmethod
-    def stream_parser(self) -> StreamParser:
-        """A fresh parser for one assistant turn (what follows the generation prompt)."""
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
+        """A fresh parser for one assistant turn (what follows the generation prompt);
+        ``id_factory`` makes its tool call ids (deterministic ones in tests), else the
+        dialect's own kind of id."""
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """Segments to put after the generation prompt so that the model's reply is a call of
@@ -241,16 +243,24 @@ def single_message_result(
     calls: list[ToolCall],
     finish: Literal["stop", "length"] | None,
     warnings: list[str],
+    incomplete: Sequence[IncompleteCall] = (),
 ) -> ParseResult:
-    """A turn that is one assistant message, text and calls together (as it re-renders)."""
+    """A turn that is one assistant message, text and calls together (as it re-renders);
+    ``incomplete`` calls are reported beside it, never in it."""
     text = "".join(content)
     message = Message(role="assistant", content=text or None, tool_calls=tuple(calls) or None)
     reason = finish_reason_for(bool(calls), finish or "stop")
-    return ParseResult(messages=[message], finish_reason=reason, warnings=list(warnings))
+    return ParseResult(
+        messages=[message],
+        finish_reason=reason,
+        warnings=list(warnings),
+        incomplete_calls=list(incomplete),
+    )
 
 
 def finish_reason_for(result_has_calls: bool, reason: Literal["stop", "length"]) -> FinishReason:
-    """OpenAI's finish reason: ``tool_calls`` when a completed turn ends in calls."""
+    """OpenAI's finish reason: ``tool_calls`` when a completed turn ends in complete calls
+    (an incomplete call never makes it ``tool_calls``)."""
     if reason == "length":
         return "length"
     return "tool_calls" if result_has_calls else "stop"

@@ -16,12 +16,13 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..errors import ValidationError
-from ..grammar import WORDS, Grammar, ToolLike
+from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
+from ..grammar.gbnf import WS_PATTERN, literal
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect
-from .hermes import HermesParser, hermes_call_grammar
+from .parsers.hermes import HermesParser
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -253,3 +254,31 @@ class Qwen25(ChatML):
         b.text("\n")
         blocks.append(b.block(range(i, j)))
         return j
+
+
+# A reply that starts as a JSON call object, or a fenced one anywhere in it.
+_BARE_CALL = rf'\s*(\{{{WS_PATTERN}"name"{WS_PATTERN}:)[\s\S]*'
+_FENCED_CALL = rf'(```(?:json)?{WS_PATTERN}\{{{WS_PATTERN}"name"{WS_PATTERN}:)'
+
+
+def hermes_call_grammar(
+    tools: Sequence[ToolLike], open_tag: str, close_tag: str, *, required: bool, single: bool
+) -> Grammar:
+    """Calls in ``open_tag`` … ``close_tag``; when lazy, also bare and fenced JSON calls."""
+    c = CallRules(tools)
+    call, ws = c.call_object(undeclared=not required), c.ws
+    tagged = c.rules.add(
+        "tagged-call", f"{literal(open_tag)} {ws} {call} {ws} {literal(close_tag)}"
+    )
+    calls = c.many(tagged, single=single)
+    if required:
+        return c.grammar(calls, preserved=(open_tag, close_tag))
+    fenced = c.rules.add("fenced-call", f'"```" "json"? {ws} {call} {ws} "```"')
+    triggers = (
+        Trigger("word", open_tag),
+        Trigger("pattern_full", _BARE_CALL),
+        Trigger("pattern", _FENCED_CALL),
+    )
+    return c.grammar(
+        f"{calls} | {call} | {fenced}", triggers=triggers, preserved=(open_tag, close_tag)
+    )

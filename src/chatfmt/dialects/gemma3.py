@@ -16,7 +16,7 @@ from ..messages import Conversation
 from ..segments import Block, Control, Text
 from ..validation import check_not_empty
 from .base import Dialect
-from .plain import PlainParser
+from .parsers.plain import PlainParser
 
 BOS, START, END, EOS = "<bos>", "<start_of_turn>", "<end_of_turn>", "<eos>"
 _NEWLINE = Text("\n")

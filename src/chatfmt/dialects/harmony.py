@@ -21,7 +21,7 @@ from ..messages import Conversation, Message
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect
-from .harmony_parser import (
+from .parsers.harmony import (
     CALL,
     CHANNEL,
     CONSTRAIN,

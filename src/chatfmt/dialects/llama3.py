@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ..errors import PyCallError, ValidationError
-from ..events import Event, Finish, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ..events import Event, Finish
 from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import WS_PATTERN
 from ..jsonscan import WS
@@ -28,7 +28,7 @@ from ..pycall import parse_tool_call
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect, finish_reason_for
-from .hermes import HermesParser
+from .parsers.hermes import HermesParser
 
 BEGIN_OF_TEXT = "<|begin_of_text|>"
 END_OF_TEXT = "<|end_of_text|>"
@@ -211,18 +211,19 @@ class Llama3(Dialect):
 
 
 class Llama3Parser(HermesParser):
-    """:class:`HermesParser` without tags (a reply that is a JSON object is a call), plus what
-    follows a leading ``<|python_tag|>``: a JSON call (streamed), ``name.call(k=v, …)`` (read
+    """:class:`HermesParser` without tags (a reply that is a JSON object is a call; parallel
+    calls are separated by ``;``, as Llama 3 models write them), plus what follows a leading
+    ``<|python_tag|>``: a JSON call (streamed), ``name.call(k=v, …)`` (read
     with :mod:`ast`, literals only, never evaluated), or else code for ``code_interpreter``.
     The last two are decided when the turn ends."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(open_tag=None, close_tag=None, **kwargs)
+        super().__init__(open_tag=None, close_tag=None, separator=";", **kwargs)
         self._tag: Literal["", "open", "body"] = ""
         self._body: list[str] = []
 
     def on_control(self, token: str) -> list[Event]:
-        if token == PYTHON_TAG and not self._tag and self._first and not self._calls:
+        if token == PYTHON_TAG and not self._tag and self._first and not self._calls.count:
             self._tag = "open"
             return []
         return self.on_text(token)
@@ -258,17 +259,19 @@ class Llama3Parser(HermesParser):
                 )
             except PyCallError:
                 pass  # not a call after all: code, as the reference reads it
-        problem = builtin_problem(name, args, self._ncalls + 1, strict=True)
+        problem = builtin_problem(name, args, self._calls.count + 1, strict=True)
+        try:
+            arguments = ToolCall(name=name, arguments=args).arguments
+        except ValueError as exc:  # a literal JSON cannot hold (such as 1e999)
+            problem = problem or str(exc)
         if problem is not None:  # a call history could not render: what the model wrote is text
             self._warnings.append(f"built-in call {name!r} kept as text: it {problem}")
             return super().on_text(PYTHON_TAG + body) + super().on_finish(reason)
-        call = ToolCall(id=self._new_id(), name=name, arguments=args, raw=PYTHON_TAG + body)
-        self._calls.append(call)
-        self._ncalls += 1
-        index = len(self._calls) - 1
-        return [
-            ToolCallStart(index, call.id, name),
-            ToolCallDelta(index, call.arguments),
-            ToolCallEnd(index),
-            Finish(finish_reason_for(True, reason)),
-        ]
+        calls = self._calls
+        calls.start(name)
+        calls.stream(arguments)
+        calls.end()
+        calls.record(PYTHON_TAG + body)
+        self._events.append(Finish(finish_reason_for(True, reason)))
+        out, self._events = self._events, []
+        return out

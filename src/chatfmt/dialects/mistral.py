@@ -24,14 +24,16 @@ from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect, StreamParser
-from .mistral_parser import ToolCallsParser
+from .parsers.mistral import ToolCallsParser
 
 BOS, EOS, INST, INST_END = "<s>", "</s>", "[INST]", "[/INST]"
 TOOLS, TOOLS_END = "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"
 RESULTS, RESULTS_END, CALLS = "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]"
 SYSTEM, SYSTEM_END, TOOL_CONTENT = "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]"
-_CALL_ID = re.compile(r"[a-zA-Z0-9]{9}\Z")
-_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
+#: A call id as the reference checks it (nine letters and digits).
+CALL_ID_PATTERN = re.compile(r"[a-zA-Z0-9]{9}\Z")
+#: A function name as the reference checks it.
+FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _ID_CHARS = string.ascii_letters + string.digits
 # Which role may follow which (the reference's own table); tool results are "tool".
@@ -48,7 +50,7 @@ def new_mistral_call_id() -> str:
     return "".join(secrets.choice(_ID_CHARS) for _ in range(9))
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
     """``json.dumps(…, ensure_ascii=False)`` as the reference writes it; a lone surrogate (from
     a ``"\\ud800"`` escape) is no text a tokenizer can take, so it stays escaped."""
     text = json.dumps(value, ensure_ascii=False)
@@ -113,7 +115,7 @@ class MistralV3(Dialect):
                 _fail(i, "order", role=m.role, prev=prev.role, allowed=after)
             if m.role == "assistant":
                 self._check_assistant(i, m, prev)
-            elif _role(m) == "tool" and not _CALL_ID.match(m.tool_call_id or ""):
+            elif _role(m) == "tool" and not CALL_ID_PATTERN.match(m.tool_call_id or ""):
                 _fail(i, "tool-call-id", what="tool_call_id", id=m.tool_call_id)
             elif m.role == "system" and m.content is None:
                 _fail(i, "content", what='a system message needs content (it may be "")')
@@ -133,11 +135,11 @@ class MistralV3(Dialect):
                 _fail(i, "content-and-calls", what="with the assistant text before it, it makes")
         for call in calls:
             self._check_name(call.name, i)
-            if not _CALL_ID.match(call.id):
+            if not CALL_ID_PATTERN.match(call.id):
                 _fail(i, "tool-call-id", what="tool call id", id=call.id)
 
     def _check_name(self, name: str, index: int | None) -> None:
-        if not _NAME.match(name):
+        if not FUNCTION_NAME.match(name):
             _fail(index, "tool-name", name=name)
 
     # ==== Rendering ====
@@ -169,7 +171,7 @@ class MistralV3(Dialect):
                 if k == last_user:
                     if conversation.tools:
                         b.control(TOOLS)
-                        b.text(_dumps([self._tool(t) for t in conversation.tools]))
+                        b.text(dumps([self._tool(t) for t in conversation.tools]))
                         b.control(TOOLS_END)
                     prompt = "\n\n".join(msgs[i].text for i in system if msgs[i].content)
                     if self.fold_system and prompt:
@@ -209,15 +211,15 @@ class MistralV3(Dialect):
 
     def _render_calls(self, b: BlockBuilder, calls: Sequence[ToolCall]) -> None:
         b.control(CALLS)
-        b.text(_dumps([self._call(c.name, c.arguments, c.id) for c in calls]))
+        b.text(dumps([self._call(c.name, c.arguments, c.id) for c in calls]))
 
     def _render_result(self, b: BlockBuilder, m: Message) -> None:
         # The result is JSON when it parses as JSON, else a string; empty means {}.
         content = _loads_or_text(m.content) if m.content else {}
         try:
-            text = _dumps({"content": content, "call_id": m.tool_call_id})
+            text = dumps({"content": content, "call_id": m.tool_call_id})
         except RecursionError:  # JSON one level too deep to write back: send it as text
-            text = _dumps({"content": m.content, "call_id": m.tool_call_id})
+            text = dumps({"content": m.content, "call_id": m.tool_call_id})
         b.control(RESULTS)
         b.text(text)
         b.control(RESULTS_END)
@@ -255,7 +257,7 @@ class MistralV3(Dialect):
         """``[TOOL_CALLS]``, and the call's opening up to the arguments when it is named."""
         if name is None:
             return (Control(CALLS),)
-        return (Control(CALLS), Text('[{"name": ' + _dumps(name) + ', "arguments": '))
+        return (Control(CALLS), Text('[{"name": ' + dumps(name) + ', "arguments": '))
 
 
 class MistralV7(MistralV3):

@@ -19,8 +19,8 @@ from ..grammar.gbnf import literal
 from ..messages import ToolCall
 from ..segments import BlockBuilder, Control, Segment, Text
 from .base import StreamParser
-from .mistral import _CALL_ID, _NAME, CALLS, MistralV7, _dumps, new_mistral_call_id
-from .mistral_parser import NamedCallsParser
+from .mistral import CALL_ID_PATTERN, CALLS, FUNCTION_NAME, MistralV7, dumps, new_mistral_call_id
+from .parsers.mistral import NamedCallsParser
 
 CALL_ID, ARGS = "[CALL_ID]", "[ARGS]"
 
@@ -43,7 +43,7 @@ class MistralV11(MistralV7):
                 b.control(CALL_ID)
                 b.text(call.id)
             b.control(ARGS)
-            b.text(_dumps(json.loads(call.arguments or "{}")))
+            b.text(dumps(json.loads(call.arguments or "{}")))
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """A fresh parser; a call keeps the 9-character id the model wrote, else gets a new
@@ -52,8 +52,8 @@ class MistralV11(MistralV7):
             id_factory=id_factory or new_mistral_call_id,
             stop_controls=self.stop_controls,
             controls=(CALLS, CALL_ID, ARGS),
-            valid_name=lambda name: bool(_NAME.match(name)),
-            valid_id=lambda call_id: bool(_CALL_ID.match(call_id)),
+            valid_name=lambda name: bool(FUNCTION_NAME.match(name)),
+            valid_id=lambda call_id: bool(CALL_ID_PATTERN.match(call_id)),
         )
 
     def call_grammar(

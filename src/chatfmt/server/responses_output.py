@@ -96,14 +96,16 @@ class OutputBuilder:
             elif isinstance(ev, ToolCallEnd):
                 ended = self._calls.pop(ev.index, None)
                 if ended is not None:
+                    if not ev.complete:  # it did not close: its arguments are partial
+                        ended["status"] = "incomplete"
                     out += self._end_call(ended)
         return out
 
     def finish(self, *, cut: bool = False) -> list[dict[str, Any]]:
         """Close what is open; a reply with no output at all is one empty message. ``cut``:
         the reply was cut off (``max_output_tokens``) while its last item was being written,
-        so that item is marked ``incomplete``: a call the model did not finish (the parser has
-        closed its JSON) must not look runnable."""
+        so that item is marked ``incomplete``. A call that did not close is ``incomplete``
+        whatever ended it (its ``ToolCallEnd`` says so), with exactly its partial arguments."""
         if cut and self.items:
             self.items[-1]["status"] = "incomplete"
         out = self._close()

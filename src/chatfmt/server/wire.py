@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..events import (
     Event,
     Finish,
+    IncompleteCall,
     ParseResult,
     ReasoningDelta,
     TextDelta,
@@ -12,6 +13,7 @@ from ..events import (
     ToolCallStart,
     merge_deltas,
 )
+from ..messages import ToolCall
 from .policy import CallPolicy
 from .schemas import (
     AssistantMessage,
@@ -58,15 +60,29 @@ def chunk_choices(events: list[Event]) -> list[ChunkChoice]:
     return out
 
 
+def calls_in_order(result: ParseResult) -> list[ToolCall | IncompleteCall]:
+    """The turn's calls in the order the model wrote them, complete and incomplete."""
+    pending = sorted(result.incomplete_calls, key=lambda c: c.index)
+    out: list[ToolCall | IncompleteCall] = []
+    for call in result.tool_calls:
+        while pending and pending[0].index <= len(out):
+            out.append(pending.pop(0))
+        out.append(call)
+    return out + pending
+
+
 def assistant_message(result: ParseResult, policy: CallPolicy) -> AssistantMessage:
     """The reply of a decoded turn, with only the calls ``policy`` kept.
 
-    ``content`` is ``null`` when the reply only calls tools, and ``""`` when it is empty.
+    ``content`` is ``null`` when the reply only calls tools, and ``""`` when it is empty. A
+    call that did not close is returned as OpenAI returns one cut by ``length``: in
+    ``tool_calls`` with exactly the partial arguments the model wrote (never completed), the
+    finish reason saying it is not runnable (``length``, or ``stop``).
     """
     content = "".join([result.content or "", *policy.demoted_text]) or None
     calls = [
         ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
-        for c in result.tool_calls
+        for c in calls_in_order(result)
         if c.id in policy.kept_ids
     ]
     reasoning = result.reasoning or None  # left out of the JSON while None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from ..errors import TokenizerError
 from .base import Piece, SpecialTokenPolicy, StreamDecoder, Tokenizer
@@ -62,9 +64,11 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
     """A tokenizer by name (``cl100k_base``, ``o200k_base``, ``o200k_harmony``, ``qwen2.5``)
     or by path.
 
-    Paths: ``tokenizer.model`` (SentencePiece, ChatGLM3 layout), ``tokenizer.json`` (Hugging
-    Face), ``*.tiktoken`` (rank file), ``*.gguf`` (the model's own vocabulary, via llama.cpp),
-    or a model directory holding one of these. Loaded tokenizers are cached.
+    Paths: ``tokenizer.model`` (SentencePiece, ChatGLM3 layout; or, as Meta ships Llama 3's,
+    a tiktoken rank file), ``tokenizer.json`` (Hugging Face), ``*.tiktoken`` (rank file),
+    ``*.gguf`` (the model's own vocabulary, via llama.cpp), or a model directory holding one of
+    these. A file's kind is told by its content, its name only when the content does not say.
+    Loaded tokenizers are cached.
     """
     if name_or_path in TOKENIZER_CONSTRUCTORS:
         return TOKENIZER_CONSTRUCTORS[name_or_path]()
@@ -83,24 +87,24 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
             f"unknown tokenizer {name_or_path!r}; available: {', '.join(list_tokenizers())}, "
             "or a path to tokenizer.model, tokenizer.json, *.tiktoken or *.gguf"
         )
-    suffix = path.suffix.lower()
-    if suffix == ".model":
+    kind = file_kind(path)
+    if kind == "sentencepiece":
         from .sentencepiece import SentencePieceTokenizer
 
         return SentencePieceTokenizer(path)
-    if suffix == ".json" and "tekken" in path.name.lower():
+    if kind == "json" and "tekken" in path.name.lower():
         from .tekken import load_tekken
 
         return load_tekken(path)
-    if suffix == ".json":
+    if kind == "json":
         from .hf import HFTokenizer
 
         return HFTokenizer(path)
-    if suffix == ".tiktoken":
-        from .tiktoken import from_tiktoken_file
+    if kind == "tiktoken":
+        from .tiktoken import from_rank_file
 
-        return from_tiktoken_file(path)
-    if suffix == ".gguf":
+        return from_rank_file(path)
+    if kind == "gguf":
         from .gguf import GGUFTokenizer
 
         return GGUFTokenizer(path)
@@ -108,3 +112,32 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
         f"cannot tell the tokenizer type of {str(path)!r}: expected tokenizer.model, "
         "tokenizer.json, *.tiktoken or *.gguf"
     )
+
+
+TokenizerFile = Literal["gguf", "json", "tiktoken", "sentencepiece"]
+# A tiktoken rank file's first line: a base64 token, a space, its rank.
+_RANK_LINE = re.compile(rb"[A-Za-z0-9+/]+=* [0-9]+\r?\n")
+_SUFFIX_KINDS: dict[str, TokenizerFile] = {
+    ".model": "sentencepiece",
+    ".json": "json",
+    ".tiktoken": "tiktoken",
+    ".gguf": "gguf",
+}
+
+
+def file_kind(path: Path) -> TokenizerFile | None:
+    """What a tokenizer file holds, told by its first bytes: ``tokenizer.model`` is a
+    SentencePiece protobuf for most models but a tiktoken rank file for Meta's Llama 3. The
+    suffix decides only when the content does not (``None``: neither does)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(256)
+    except OSError as exc:
+        raise TokenizerError(f"cannot read tokenizer file {str(path)!r}: {exc}") from None
+    if head.startswith(b"GGUF"):
+        return "gguf"
+    if _RANK_LINE.match(head):
+        return "tiktoken"
+    if head.lstrip(b" \t\r\n\xef\xbb\xbf").startswith(b"{"):
+        return "json"
+    return _SUFFIX_KINDS.get(path.suffix.lower())

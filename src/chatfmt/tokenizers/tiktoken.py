@@ -228,6 +228,18 @@ def from_tiktoken_file(path: Path, *, pat_str: str | None = None) -> TiktokenTok
     )
 
 
+def from_rank_file(path: Path) -> TiktokenTokenizer:
+    """A tiktoken rank file, whatever its name: Llama 3's vocabulary when it has Llama 3's
+    128,000 ranks (Meta ships it as ``tokenizer.model``), else :func:`from_tiktoken_file`."""
+    try:
+        ranks = _parse_ranks(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise TokenizerError(f"cannot read tiktoken rank file {str(path)!r}: {exc}") from None
+    if len(ranks) == LLAMA3_FIRST_SPECIAL_ID:
+        return _llama3_tokenizer(ranks)
+    return from_tiktoken_file(path)
+
+
 # ==== Llama 3 (3.1, 3.2, 3.3) ====
 
 #: The Llama 3 pre-tokenizer pattern (digits in runs of up to three).
@@ -312,6 +324,10 @@ def llama3_from_file(path: Path) -> Llama3Tokenizer:
             f"{str(path)!r} has {len(ranks)} ranks, but Llama 3's tokenizer.model has "
             f"{LLAMA3_FIRST_SPECIAL_ID}; point at the model's own tokenizer.json or GGUF instead"
         )
+    return _llama3_tokenizer(ranks)
+
+
+def _llama3_tokenizer(ranks: dict[bytes, int]) -> Llama3Tokenizer:
     return Llama3Tokenizer(
         "llama3",
         pat_str=LLAMA3_PAT_STR,

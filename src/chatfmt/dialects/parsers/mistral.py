@@ -3,7 +3,8 @@
 ``text [TOOL_CALLS] [{"name": …, "arguments": {…}}, …]``: text streams as it comes; after the
 control, each object is checked as it streams by :class:`~chatfmt.jsonscan.CallScanner`, starts
 a call as soon as its name is known and streams its arguments. A single object without the list
-brackets is accepted too. Text after the list is content again.
+brackets is accepted too. Text after the list is content again. A call that does not close is
+incomplete (:mod:`.calls`).
 """
 
 from __future__ import annotations
@@ -11,18 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from ..events import (
-    Event,
-    Finish,
-    ParseResult,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-)
-from ..jsonscan import WS, CallScanner, empty_arguments
-from ..messages import ToolCall
-from .base import StreamParser, finish_reason_for, single_message_result
+from ...events import Event, Finish, ParseResult, TextDelta
+from ...jsonscan import WS, CallScanner, empty_arguments
+from ..base import StreamParser, finish_reason_for, single_message_result
+from .calls import CallStream, cut_problem
 
 # Modes: text; after the control; before an element; in an object; after an object; after the
 # list (whitespace dropped); after a broken call (ignored).
@@ -30,13 +23,17 @@ _TEXT, _OPEN, _ELEM, _JSON, _SEP, _AFTER, _SKIP = range(7)
 
 
 class _Streams:
-    """Output shared by both parsers: text, and the safe part of an open call's arguments."""
+    """Output shared by both parsers: text, calls, the safe part of an open call's arguments."""
 
     _content: list[str]
     _events: list[Event]
-    _call: tuple[int, str, str] | None  # index, id, name of the open call
     _scan: CallScanner | None
-    _args: list[str]
+    _calls: CallStream
+    _warnings: list[str]
+    _finish: Literal["stop", "length"] | None
+
+    def _emit(self, event: Event) -> None:
+        self._events.append(event)
 
     def _out(self, text: str) -> None:
         if text:
@@ -44,18 +41,21 @@ class _Streams:
             self._events.append(TextDelta(text))
 
     def _flush_args(self) -> None:
-        if self._call is not None and self._scan is not None:
-            text = self._scan.take_safe()
-            if text:
-                self._args.append(text)
-                self._events.append(ToolCallDelta(self._call[0], text))
+        if self._scan is not None:
+            self._calls.flush(self._scan)
+
+    def result(self) -> ParseResult:
+        calls = self._calls
+        return single_message_result(
+            self._content, calls.complete, self._finish, self._warnings, calls.incomplete
+        )
 
 
 class ToolCallsParser(_Streams, StreamParser):
     """One assistant turn: text, then ``calls_control`` and a JSON array of call objects.
 
     Output that does not parse degrades to text with a warning; a call already started when its
-    JSON breaks is closed with valid arguments, and what follows it is ignored. Every decision
+    JSON breaks ends incomplete, and what follows it is ignored. Every decision
     depends only on the characters seen, so any chunking gives the same events and result.
     """
 
@@ -73,11 +73,10 @@ class ToolCallsParser(_Streams, StreamParser):
         self._raw: list[str] = []  # text since the control or the last call, kept for degrading
         self._in_list = 0  # calls of the current list
         self._scan: CallScanner | None = None
-        self._call: tuple[int, str, str] | None = None  # index, id, name of the open call
-        self._args: list[str] = []
+        self._obj: list[str] = []  # the open call object's text
         self._events: list[Event] = []
         self._content: list[str] = []
-        self._calls: list[ToolCall] = []
+        self._calls = CallStream(self._new_id, self._emit, self._warnings, raw_in_calls=False)
 
     # ==== Input ====
 
@@ -112,7 +111,7 @@ class ToolCallsParser(_Streams, StreamParser):
                 self._mode, text = _ELEM, text[1:]
             elif c == "{" and mode in (_OPEN, _ELEM):
                 self._single = mode == _OPEN
-                self._scan, self._mode = CallScanner(), _JSON
+                self._scan, self._mode, self._obj = CallScanner(), _JSON, []
             elif c == "]" and (mode == _SEP or (mode == _ELEM and not self._in_list)):
                 self._mode, self._raw, text = _AFTER, [], text[1:]
             else:
@@ -125,20 +124,20 @@ class ToolCallsParser(_Streams, StreamParser):
         assert scan is not None
         n = scan.feed(text)
         self._raw.append(text[:n])
-        if self._call is None and scan.name is not None:
-            self._call = (len(self._calls), self._new_id(), scan.name)
-            self._events.append(ToolCallStart(*self._call[:2], scan.name))
+        self._obj.append(text[:n])
+        if self._calls.open is None and scan.name is not None:
+            self._calls.start(scan.name)
         if scan.error is not None:
-            if self._call is None:
+            if self._calls.open is None:
                 self._degrade(f"malformed tool call JSON ({scan.error})")
                 return text[n:]
-            self._break(f"tool call {self._call[0]} has malformed JSON ({scan.error})")
+            self._break(f"has malformed JSON ({scan.error})")
             self._warnings.append("the output after it was ignored")
             self._mode = _SKIP
             return ""
         self._flush_args()
         if scan.done:
-            if self._call is None:
+            if self._calls.open is None:
                 self._degrade("a tool call object has no string 'name'")
                 return text[n:]
             self._end_call()
@@ -148,31 +147,24 @@ class ToolCallsParser(_Streams, StreamParser):
     # ==== Output ====
 
     def _end_call(self) -> None:
-        call, scan = self._call, self._scan
-        assert call is not None and scan is not None
+        calls, scan = self._calls, self._scan
+        assert calls.open is not None and scan is not None
         self._flush_args()
-        if not self._args:
-            self._args.append(empty_arguments(scan, call[0], self._warnings))
-            self._events.append(ToolCallDelta(call[0], self._args[0]))
-        self._events.append(ToolCallEnd(call[0]))
-        self._calls.append(ToolCall(id=call[1], name=call[2], arguments="".join(self._args)))
-        self._call, self._scan, self._args, self._raw = None, None, [], []
+        if not calls.streamed:
+            calls.stream(empty_arguments(scan, calls.open.index, self._warnings))
+        calls.end()
+        self._record()
         self._in_list += 1
 
-    def _break(self, reason: str) -> None:
-        """The open call cannot be completed: close its arguments validly and say so."""
-        scan = self._scan
-        assert scan is not None
+    def _record(self) -> None:
+        self._calls.record("".join(self._obj))
+        self._scan, self._raw, self._obj = None, [], []
+
+    def _break(self, problem: str) -> None:
+        """The open call did not close: it ends incomplete, its arguments as streamed."""
         self._flush_args()
-        if scan.args_state == "object":
-            fix = scan.completion()
-            self._args.append(fix)
-            assert self._call is not None
-            self._events.append(ToolCallDelta(self._call[0], fix))
-            reason += f"; its arguments were closed with {fix if len(fix) <= 16 else fix[:16]!r}"
-            scan.args_state = "done"
-        self._warnings.append(reason)
-        self._end_call()
+        self._calls.cut(problem)
+        self._record()
 
     def _degrade(self, reason: str) -> None:
         """What followed the control (or the last call) is not a call: it is text."""
@@ -185,19 +177,16 @@ class ToolCallsParser(_Streams, StreamParser):
 
     def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
         mode = self._mode
-        cut = "was cut off" if reason == "length" else "is unterminated"
-        if mode == _JSON and self._call is not None:
-            self._break(f"tool call {self._call[0]} {cut}")
+        cut = cut_problem(reason)
+        if mode == _JSON and self._calls.open is not None:
+            self._break(cut)
         elif mode == _JSON or (mode in (_OPEN, _ELEM) and not self._in_list):
             self._degrade(f"the tool call list {cut}")
         elif mode in (_ELEM, _SEP):
             self._warnings.append(f"the tool call list {cut}")
-        self._events.append(Finish(finish_reason_for(bool(self._calls), reason)))
+        self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         out, self._events = self._events, []
         return out
-
-    def result(self) -> ParseResult:
-        return single_message_result(self._content, self._calls, self._finish, self._warnings)
 
 
 # Modes of a named call: its name; its id (after ``[CALL_ID]``); its arguments (after
@@ -209,8 +198,9 @@ class NamedCallsParser(_Streams, StreamParser):
     """Mistral v11's calls, one control-delimited call after another:
     ``text [TOOL_CALLS]name[CALL_ID]id[ARGS]{…}`` (``[CALL_ID]`` and the id optional, as models
     write calls without them). Text streams as it comes; a call starts when its name is whole
-    and its arguments begin as an object, and its arguments stream. Output that does not parse
-    degrades to text with a warning; never raises on model output."""
+    and its arguments begin as an object, and its arguments stream; one that does not close is
+    incomplete (:mod:`.calls`). Output that does not parse degrades to text with a warning;
+    never raises on model output."""
 
     def __init__(
         self,
@@ -229,21 +219,19 @@ class NamedCallsParser(_Streams, StreamParser):
         self._name: list[str] = []
         self._id: list[str] = []
         self._scan: CallScanner | None = None
-        self._call: tuple[int, str, str] | None = None  # index, id, name of the open call
-        self._args: list[str] = []
         self._fed = 0  # characters of the arguments fed to the scanner
         self._noted_tail = self._noted_skip = self._had_id = False
         self._events: list[Event] = []
         self._content: list[str] = []
-        self._calls: list[ToolCall] = []
+        self._calls = CallStream(self._new_id, self._emit, self._warnings, raw_in_calls=False)
 
     # ==== Input ====
 
     def on_control(self, token: str) -> list[Event]:
         mode = self._mode
-        if token == self._calls_control and mode == _ARGS_MODE and self._call is not None:
+        if token == self._calls_control and mode == _ARGS_MODE and self._calls.open is not None:
             # The next call begins: the open one was cut short.
-            self._break(f"tool call {self._call[0]} is unterminated")
+            self._break("is unterminated")
             mode = _DONE_MODE
         if token == self._calls_control and mode in (_TEXT, _DONE_MODE, _SKIP):
             self._mode, self._raw, self._name, self._id = _NAME_MODE, [token], [], []
@@ -291,48 +279,51 @@ class NamedCallsParser(_Streams, StreamParser):
 
     def _on_args(self, text: str) -> None:
         if self._scan is None:
-            self._raw.append(text)
             stripped = text.lstrip(WS)
-            if not stripped:
+            if not stripped or stripped[0] != "{":
+                self._raw.append(text)
+                if stripped:
+                    self._degrade("a tool call's arguments are not a JSON object")
                 return
-            if stripped[0] != "{":
-                self._degrade("a tool call's arguments are not a JSON object")
-                return
+            self._raw.append(text[: len(text) - len(stripped)])
             text = stripped
             self._scan = CallScanner()
             self._scan.feed('{"arguments": ')
             name = "".join(self._name).strip(WS)
-            call_id = self._call_id("".join(self._id).strip(WS))
-            self._call = (len(self._calls), call_id, name)
-            self._events.append(ToolCallStart(*self._call))
+            self._calls.start(name, self._call_id("".join(self._id).strip(WS)))
         scan = self._scan
-        scan.feed(text)
+        n = scan.feed(text)
         fed, self._fed = self._fed, self._fed + len(text)
         self._flush_args()
+        open_call = self._calls.open
+        assert open_call is not None
         if scan.args_state == "done":
             # The scanner read on past the object; what it read there is after the call.
-            used = sum(map(len, self._args)) - fed
+            used = sum(map(len, open_call.arguments)) - fed
+            self._raw.append(text[:used])
             self._end_call()
             self._mode = _DONE_MODE
             self._tail(text[used:])
         elif scan.error is not None:
-            assert self._call is not None
-            self._break(f"tool call {self._call[0]} has malformed JSON ({scan.error})")
+            self._raw.append(text[:n])
+            self._break(f"has malformed JSON ({scan.error})")
             # The character that broke it is already output that is dropped.
             self._warnings.append("the output after the malformed call was ignored")
             self._mode, self._noted_skip = _SKIP, True
+        else:
+            self._raw.append(text)
 
     def _call_id(self, given: str) -> str:
         """The id the model wrote, unless it is malformed or already used in this turn (a
         duplicate could not be answered apart): then a fresh one, and a warning."""
         if not self._had_id:
             return self._new_id()  # no [CALL_ID]: how these models usually write calls
-        index = len(self._calls)
+        index = self._calls.count
         if not self._valid_id(given):
             self._warnings.append(
                 f"tool call {index}: id {given!r} is malformed; a new one is used"
             )
-        elif any(c.id == given for c in self._calls):
+        elif any(c.id == given for c in (*self._calls.complete, *self._calls.incomplete)):
             self._warnings.append(f"tool call {index}: id {given!r} repeats; a new one is used")
         else:
             return given
@@ -341,22 +332,18 @@ class NamedCallsParser(_Streams, StreamParser):
     # ==== Output ====
 
     def _end_call(self) -> None:
-        assert self._call is not None
-        index, call_id, name = self._call
-        self._events.append(ToolCallEnd(index))
-        self._calls.append(ToolCall(id=call_id, name=name, arguments="".join(self._args)))
-        self._call, self._scan, self._args, self._raw = None, None, [], []
+        self._calls.end()
+        self._record()
 
-    def _break(self, reason: str) -> None:
-        """The open call cannot be completed: close its arguments validly and say so."""
-        scan = self._scan
-        assert scan is not None and self._call is not None
+    def _record(self) -> None:
+        self._calls.record("".join(self._raw))
+        self._scan, self._raw = None, []
+
+    def _break(self, problem: str) -> None:
+        """The open call did not close: it ends incomplete, its arguments as streamed."""
         self._flush_args()
-        fix = scan.completion()
-        self._args.append(fix)
-        self._events.append(ToolCallDelta(self._call[0], fix))
-        self._warnings.append(f"{reason}; its arguments were closed with {fix[:16]!r}")
-        self._end_call()
+        self._calls.cut(problem)
+        self._record()
 
     def _degrade(self, reason: str) -> None:
         """What followed the control is not a call: it is text."""
@@ -368,14 +355,11 @@ class NamedCallsParser(_Streams, StreamParser):
     # ==== End ====
 
     def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
-        cut = "was cut off" if reason == "length" else "is unterminated"
-        if self._mode == _ARGS_MODE and self._call is not None:
-            self._break(f"tool call {self._call[0]} {cut}")
+        cut = cut_problem(reason)
+        if self._mode == _ARGS_MODE and self._calls.open is not None:
+            self._break(cut)
         elif self._mode in (_NAME_MODE, _ID_MODE, _ARGS_MODE):
             self._degrade(f"the tool call {cut}")
-        self._events.append(Finish(finish_reason_for(bool(self._calls), reason)))
+        self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         out, self._events = self._events, []
         return out
-
-    def result(self) -> ParseResult:
-        return single_message_result(self._content, self._calls, self._finish, self._warnings)

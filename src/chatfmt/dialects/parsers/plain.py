@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from ..events import Event, Finish, ParseResult, TextDelta
-from ..messages import Message
-from .base import StreamParser
+from ...events import Event, Finish, ParseResult, TextDelta
+from ...messages import Message
+from ..base import StreamParser
 
 
 class PlainParser(StreamParser):

@@ -11,24 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Literal
 
-from ..decoding import held_suffix
-from ..events import (
-    Event,
-    Finish,
-    ParseResult,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-)
-from ..grammar import CallRules, Grammar, ToolLike, Trigger
-from ..grammar.gbnf import WS_PATTERN, literal
-from ..jsonscan import WS, CallScanner, empty_arguments
-from ..messages import ToolCall
-from .base import StreamParser, finish_reason_for, single_message_result
+from ...decoding import held_suffix
+from ...events import Event, Finish, ParseResult, TextDelta
+from ...jsonscan import WS, CallScanner, empty_arguments
+from ..base import StreamParser, finish_reason_for, single_message_result
+from .calls import CallStream, cut_problem
 
 _NON_WS = re.compile(r"[^ \t\r\n]")
 _FENCE_INFO = ("", "json")
@@ -37,15 +26,6 @@ _MAX_FENCE_INFO = 32
 
 def _is_ws(text: str) -> bool:
     return not text.strip(WS)
-
-
-@dataclass
-class _OpenCall:
-    index: int
-    id: str
-    name: str
-    arguments: list[str] = field(default_factory=list)
-    ended: bool = False
 
 
 # Parser modes.
@@ -57,7 +37,8 @@ class HermesParser(StreamParser):
 
     ``open_tag`` / ``close_tag`` are the dialect's call tags (arriving as control tokens or as
     text, they parse the same way), or ``None`` for a format without tags; bare and fenced JSON
-    calls need no configuration.
+    calls need no configuration. ``separator``: a character the format writes between calls
+    (Llama 3's ``;``), skipped after a call when another call follows.
 
     Every decision depends only on the characters seen, never on how they were chunked, so any
     chunking yields the same events (up to how deltas are split) and the same result. Work per
@@ -72,8 +53,10 @@ class HermesParser(StreamParser):
         stop_controls: Sequence[str] = (),
         open_tag: str | None = "<tool_call>",
         close_tag: str | None = "</tool_call>",
+        separator: str | None = None,
     ) -> None:
         super().__init__(id_factory=id_factory, stop_controls=stop_controls)
+        self._separator = separator
         if (open_tag is None) != (close_tag is None) or open_tag == "" or close_tag == "":
             raise ValueError("HermesParser needs non-empty open_tag and close_tag, or neither")
         # No tags (Llama 3): only bare and fenced calls, at the start or after a call.
@@ -91,12 +74,14 @@ class HermesParser(StreamParser):
         self._kind = ""  # "tag" | "bare" | "fence"
         self._fence = ""  # backticks and info string of an opening fence
         self._scan: CallScanner | None = None
-        self._call: _OpenCall | None = None
         self._tail_junk = False
+        self._seen_separator = False  # a separator after the last call, in _LEAD
         self._events: list[Event] = []
         self._content: list[str] = []
-        self._calls: list[ToolCall] = []
-        self._ncalls = 0
+        self._calls = CallStream(self._new_id, self._events_append, self._warnings)
+
+    def _events_append(self, event: Event) -> None:
+        self._events.append(event)
 
     # ==== Public interface ====
 
@@ -114,9 +99,8 @@ class HermesParser(StreamParser):
         elif mode == _LEAD:
             if self._first and self._lead:
                 self._out_text(self._lead)
-        elif mode == _JSON and self._call is not None:
-            what = "was cut off" if reason == "length" else "is unterminated"
-            self._break_call(f"tool call {self._call.index} {what}")
+        elif mode == _JSON and self._calls.open is not None:
+            self._break_call(cut_problem(reason))
             self._end_call()
         elif mode in (_TAG_OPEN, _FENCE_OPEN, _FENCE_PRE, _JSON):
             warn = self._kind == "tag" or (self._scan is not None and self._scan.saw_name_key)
@@ -126,12 +110,15 @@ class HermesParser(StreamParser):
             self._hold = ""
             self._end_call()
         self._drop_ws = ""
-        self._events.append(Finish(finish_reason_for(bool(self._calls), reason)))
+        self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         out, self._events = self._events, []
         return out
 
     def result(self) -> ParseResult:
-        return single_message_result(self._content, self._calls, self._finish, self._warnings)
+        calls = self._calls
+        return single_message_result(
+            self._content, calls.complete, self._finish, self._warnings, calls.incomplete
+        )
 
     # ==== Output ====
 
@@ -154,13 +141,8 @@ class HermesParser(StreamParser):
         self._out_text(text)
 
     def _flush_args(self) -> None:
-        call, scan = self._call, self._scan
-        if call is None or scan is None or call.ended:
-            return
-        text = scan.take_safe()
-        if text:
-            call.arguments.append(text)
-            self._events.append(ToolCallDelta(call.index, text))
+        if self._scan is not None:
+            self._calls.flush(self._scan)
 
     # ==== Modes ====
 
@@ -192,6 +174,12 @@ class HermesParser(StreamParser):
         self._lead = ""
         first, self._first = self._first, False
         c = text[j]
+        if c == self._separator and self._calls.count and not self._seen_separator:
+            # Between calls: held with the whitespace, it is content only if text follows.
+            self._seen_separator = True
+            self._lead = ws + c
+            return text[j + 1 :]
+        self._seen_separator = False
         if c == "{" or c == "`":
             self._prefix = ws
             self._raw = []
@@ -294,11 +282,11 @@ class HermesParser(StreamParser):
         assert scan is not None
         n = scan.feed(text)
         self._raw.append(text[:n])
-        if self._kind == "tag" and self._call is None and scan.name is not None:
+        if self._kind == "tag" and self._calls.open is None and scan.name is not None:
             self._commit(scan.name)  # a tagged call streams as soon as its name is known
         if scan.error is not None:
-            if self._call is not None:
-                self._break_call(f"tool call {self._call.index} has malformed JSON ({scan.error})")
+            if self._calls.open is not None:
+                self._break_call(f"has malformed JSON ({scan.error})")
                 self._mode = _TAG_TAIL
             else:
                 self._degrade(
@@ -314,7 +302,7 @@ class HermesParser(StreamParser):
         scan = self._scan
         assert scan is not None
         if self._kind == "tag":
-            if self._call is None:
+            if self._calls.open is None:
                 self._degrade(f"{self._open_tag} holds no call name; kept as text", warn=True)
                 return
             self._close_args()
@@ -356,7 +344,7 @@ class HermesParser(StreamParser):
         if k >= 0:
             # The next call began without closing this one.
             self._tail(buf[:k])
-            self._warnings.append(f"tool call {self._ncalls - 1} has no {self._close_tag}")
+            self._warnings.append(f"tool call {self._calls.count - 1} has no {self._close_tag}")
             self._end_call()
             return buf[k:]
         keep = held_suffix(buf, (close_tag, open_tag))
@@ -370,7 +358,7 @@ class HermesParser(StreamParser):
             if not self._tail_junk and not _is_ws(text):
                 self._tail_junk = True
                 self._warnings.append(
-                    f"text after the JSON of tool call {self._ncalls - 1} was ignored"
+                    f"text after the JSON of tool call {self._calls.count - 1} was ignored"
                 )
 
     def _on_fence_tail(self, text: str) -> str:
@@ -394,54 +382,26 @@ class HermesParser(StreamParser):
     # ==== Calls ====
 
     def _commit(self, name: str) -> None:
-        self._call = _OpenCall(self._ncalls, self._new_id(), name)
-        self._ncalls += 1
+        self._calls.start(name)
         self._tail_junk = False
         self._prefix = ""  # the separator before a call is not content
-        self._events.append(ToolCallStart(self._call.index, self._call.id, name))
 
     def _close_args(self) -> None:
         """The object closed: emit what is left of the arguments and end the call."""
-        call, scan = self._call, self._scan
-        assert call is not None and scan is not None
+        calls, scan = self._calls, self._scan
+        assert calls.open is not None and scan is not None
         self._flush_args()
-        if not call.arguments:
-            call.arguments.append(empty_arguments(scan, call.index, self._warnings))
-            self._events.append(ToolCallDelta(call.index, call.arguments[0]))
-        call.ended = True
-        self._events.append(ToolCallEnd(call.index))
+        if not calls.streamed:
+            calls.stream(empty_arguments(scan, calls.open.index, self._warnings))
+        calls.end()
 
-    def _break_call(self, reason: str) -> None:
-        """A committed call cannot be completed: close its arguments validly and say so."""
-        call, scan = self._call, self._scan
-        assert call is not None and scan is not None
-        if call.ended:
-            self._warnings.append(reason)
-            return
+    def _break_call(self, problem: str) -> None:
+        """A committed call did not close: it ends incomplete, its arguments as streamed."""
         self._flush_args()
-        if scan.args_state == "object":
-            fix = scan.completion()
-            call.arguments.append(fix)
-            self._events.append(ToolCallDelta(call.index, fix))
-            shown = fix if len(fix) <= 16 else fix[:16] + "…"
-            reason += f"; its arguments were closed with {shown!r}"
-        self._warnings.append(reason)
-        if scan.args_state == "object":
-            scan.args_state = "done"
-        self._close_args()
+        self._calls.cut(problem)
 
     def _end_call(self) -> None:
-        call = self._call
-        assert call is not None
-        raw = "".join(self._raw)
-        arguments = "".join(call.arguments)
-        try:
-            tc = ToolCall(id=call.id, name=call.name, arguments=arguments, raw=raw)
-        except (ValueError, RecursionError):  # unreachable: the scanner checks the JSON
-            tc = ToolCall(id=call.id, name=call.name, arguments="{}", raw=raw)
-            self._warnings.append(f"tool call {call.index} arguments were invalid")
-        self._calls.append(tc)
-        self._call = None
+        self._calls.record("".join(self._raw))
         self._scan = None
         self._raw = []
         self._hold = ""
@@ -461,31 +421,3 @@ class HermesParser(StreamParser):
             self._droppable = False
             self._drop_ws = ""
         self._emit_text(text)
-
-
-# A reply that starts as a JSON call object, or a fenced one anywhere in it.
-_BARE_CALL = rf'\s*(\{{{WS_PATTERN}"name"{WS_PATTERN}:)[\s\S]*'
-_FENCED_CALL = rf'(```(?:json)?{WS_PATTERN}\{{{WS_PATTERN}"name"{WS_PATTERN}:)'
-
-
-def hermes_call_grammar(
-    tools: Sequence[ToolLike], open_tag: str, close_tag: str, *, required: bool, single: bool
-) -> Grammar:
-    """Calls in ``open_tag`` … ``close_tag``; when lazy, also bare and fenced JSON calls."""
-    c = CallRules(tools)
-    call, ws = c.call_object(undeclared=not required), c.ws
-    tagged = c.rules.add(
-        "tagged-call", f"{literal(open_tag)} {ws} {call} {ws} {literal(close_tag)}"
-    )
-    calls = c.many(tagged, single=single)
-    if required:
-        return c.grammar(calls, preserved=(open_tag, close_tag))
-    fenced = c.rules.add("fenced-call", f'"```" "json"? {ws} {call} {ws} "```"')
-    triggers = (
-        Trigger("word", open_tag),
-        Trigger("pattern_full", _BARE_CALL),
-        Trigger("pattern", _FENCED_CALL),
-    )
-    return c.grammar(
-        f"{calls} | {call} | {fenced}", triggers=triggers, preserved=(open_tag, close_tag)
-    )

@@ -4,15 +4,14 @@ A reply, after the generation prompt ``<|start|>assistant``, is one or more mess
 ``{header}<|message|>{body}`` ended by ``<|end|>`` (then ``<|start|>`` and the next header) or
 by a stop, ``<|return|>`` after the answer or ``<|call|>`` after a call. The header holds
 ``<|channel|>{channel}`` and, for a call, ``to={recipient}`` (before or after the channel) and
-``<|constrain|>json``. Only the ``final`` channel is content; a message to ``functions.NAME``
-is a call whose body, a JSON object, is checked by :class:`~chatfmt.jsonscan.CallScanner` as
-it streams; the ``analysis`` channel is the reasoning, streamed as
+``<|constrain|>json``. The ``final`` channel is content, and so is a ``commentary`` message
+without a recipient (a *preamble*: text for the user before calls, as the renderer writes an
+assistant message's content beside its calls). A message to ``functions.NAME`` is a call: once
+its body starts as a JSON object the call is announced and its arguments stream as
+:class:`~chatfmt.jsonscan.CallScanner` checks them; a call whose JSON does not close is
+incomplete (:mod:`.calls`). The ``analysis`` channel is the reasoning, streamed as
 :class:`~chatfmt.events.ReasoningDelta` (several analysis messages joined by a blank line);
-every channel other than ``final`` (``analysis``, preambles on ``commentary``) is also kept in
-:attr:`HarmonyParser.channels`, never in the content.
-
-Also here: :func:`tools_section`, the developer message's tool listing, with each tool's JSON
-schema written as the TypeScript-like type the reference writes (:func:`typescript`).
+every other channel is kept in :attr:`HarmonyParser.channels`, never in the content.
 """
 
 from __future__ import annotations
@@ -21,19 +20,11 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from ..events import (
-    Event,
-    Finish,
-    ParseResult,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-)
-from ..jsonscan import WS, CallScanner
-from ..messages import Message, ToolCall
-from .base import StreamParser, finish_reason_for
+from ...events import Event, Finish, ParseResult, ReasoningDelta, TextDelta
+from ...jsonscan import WS, CallScanner
+from ...messages import Message
+from ..base import StreamParser, finish_reason_for
+from .calls import CallStream, cut_problem
 
 START = "<|start|>"
 END = "<|end|>"
@@ -46,6 +37,8 @@ _CHANNEL_NAME = re.compile(r"[^\s<]*")
 _HEADER, _BODY, _BETWEEN = range(3)
 #: Joins the text of several analysis messages into one reasoning.
 _REASONING_SEP = "\n\n"
+#: Channels whose messages without a recipient are content: the answer, and preambles.
+_VISIBLE = (None, "final", "commentary")
 
 
 def _closed(scan: CallScanner) -> bool:
@@ -72,10 +65,13 @@ class HarmonyParser(StreamParser):
         self._tail = False  # non-whitespace after a call's JSON
         self._content: list[str] = []
         self._reasoning: list[str] | None = None  # None: no analysis message yet
-        self._calls: list[ToolCall] = []
+        self._events: list[Event] = []
+        self._calls = CallStream(
+            self._new_id, self._events.append, self._warnings, raw_in_calls=False
+        )
         self._noted_stray = False
-        #: ``(channel, text)`` of each message that is neither the answer nor a call: the
-        #: chain of thought (``analysis``) and preambles (``commentary``).
+        #: ``(channel, text)`` of each message that is neither content nor a call: the chain
+        #: of thought (``analysis``) and any other channel.
         self.channels: list[tuple[str, str]] = []
 
     @property
@@ -83,13 +79,18 @@ class HarmonyParser(StreamParser):
         """The ``analysis`` messages' text (never part of the content)."""
         return None if self._reasoning is None else "".join(self._reasoning)
 
+    def _take(self) -> list[Event]:
+        out = self._events[:]
+        self._events.clear()  # (the call stream appends to this very list)
+        return out
+
     # ==== Input ====
 
     def on_text(self, text: str) -> list[Event]:
         if self._state == _HEADER:
             self._header.append(text)
         elif self._state == _BODY:
-            if self._recipient is None and self._channel in (None, "final"):
+            if self._recipient is None and self._channel in _VISIBLE:
                 self._content.append(text)
                 return [TextDelta(text)]
             self._body.append(text)
@@ -98,6 +99,7 @@ class HarmonyParser(StreamParser):
                 self._reasoning.append(text)
                 return [ReasoningDelta(text)]
             self._scan_call(text)
+            return self._take()
         elif text.strip(WS) and not self._noted_stray:
             self._noted_stray = True
             self._warnings.append("text between harmony messages was ignored")
@@ -139,17 +141,17 @@ class HarmonyParser(StreamParser):
                 events.append(TextDelta(text))
             else:
                 self._warnings.append("the reply ended inside a message header; dropped")
-        events.append(Finish(finish_reason_for(bool(self._calls), reason)))
+        events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         return events
 
     def result(self) -> ParseResult:
         content = "".join(self._content) or None
-        calls = tuple(self._calls) or None
+        calls = tuple(self._calls.complete) or None
         message = Message(
             role="assistant", content=content, reasoning=self.reasoning, tool_calls=calls
         )
-        reason = finish_reason_for(bool(self._calls), self._finish or "stop")
-        return ParseResult([message], reason, list(self._warnings))
+        reason = finish_reason_for(bool(calls), self._finish or "stop")
+        return ParseResult([message], reason, list(self._warnings), list(self._calls.incomplete))
 
     # ==== Messages ====
 
@@ -190,49 +192,40 @@ class HarmonyParser(StreamParser):
         if not self._first:
             stripped = text.lstrip(WS)
             self._first = stripped[:1]
-        if self._first != "{":
+            name = (self._recipient or "").removeprefix("functions.")
+            if self._first == "{" and name:
+                self._calls.start(name)  # a call to a function, its arguments an object
+        if self._calls.open is None:
             return
         if _closed(scan) or scan.error is not None:
             self._tail = self._tail or bool(text.strip(WS))
             return
         scan.feed(text)
-        # After the arguments, only whitespace: anything else stops the scanner.
-        self._tail = _closed(scan) and (scan.error is not None or scan.done)
+        self._calls.flush(scan)
+        if _closed(scan):
+            self._calls.end()
+            # After the arguments, only whitespace: anything else stops the scanner.
+            self._tail = scan.error is not None or scan.done
+        elif scan.error is not None:
+            self._calls.cut(f"has malformed JSON ({scan.error})")
 
     def _close_message(self, reason: Literal["stop", "length"]) -> list[Event]:
         body = "".join(self._body)
         self._state = _BETWEEN
         if self._recipient is None:
-            if self._channel not in (None, "final"):
+            if self._channel not in _VISIBLE:
                 self.channels.append((self._channel or "", body))
             return []
-        scan = self._scan
-        assert scan is not None
         name = self._recipient.removeprefix("functions.")
-        problem = None
-        if not name:
-            problem = "names no function"
-        elif self._first != "{":
-            problem = "is not a JSON object"
-        elif not _closed(scan):
-            cut = "was cut off" if reason == "length" else "is unterminated"
-            problem = f"has malformed JSON ({scan.error})" if scan.error else cut
-        if problem is not None:
+        calls = self._calls
+        if calls.open is None:  # never announced: what the model wrote is text
+            problem = "names no function" if not name else "is not a JSON object"
             self._warnings.append(f"the call to {self._recipient} {problem}; kept as text")
             self._content.append(body)
             return [TextDelta(body)] if body else []
-        if self._tail:
+        if not calls.open.ended:
+            calls.cut(cut_problem(reason))
+        elif self._tail and calls.open.complete:
             self._warnings.append(f"text after the JSON of the call to {name} was ignored")
-        index = len(self._calls)
-        arguments = scan.take_safe()
-        try:
-            call = ToolCall(id=self._new_id(), name=name, arguments=arguments)
-        except (ValueError, RecursionError):  # unreachable: the scanner checked the JSON
-            call = ToolCall(id=self._new_id(), name=name, arguments=(arguments := "{}"))
-            self._warnings.append(f"the arguments of the call to {name} were invalid")
-        self._calls.append(call)
-        return [
-            ToolCallStart(index, call.id, name),
-            ToolCallDelta(index, arguments),
-            ToolCallEnd(index),
-        ]
+        calls.record(body)
+        return self._take()

@@ -1,0 +1,44 @@
+"""A dialect from outside chatfmt, as a separately installed package would add one: its
+``chatfmt.dialects`` entry point is written by tests/dialects/test_plugins.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chatfmt.dialects import Dialect
+from chatfmt.dialects.parsers.plain import PlainParser
+from chatfmt.messages import Conversation
+from chatfmt.segments import Block, BlockBuilder
+
+
+class Tiny(Dialect):
+    """``<<role>> content`` lines: no control tokens, no calls."""
+
+    name = "tiny"
+
+    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
+        return None
+
+    def render_blocks(
+        self, conversation: Conversation, *, add_generation_prompt: bool = True
+    ) -> list[Block]:
+        b = BlockBuilder()
+        blocks = []
+        for i, m in enumerate(conversation.messages):
+            b.text(f"<<{m.role}>> {m.content or ''}\n")
+            blocks.append(b.block((i,)))
+        if add_generation_prompt:
+            b.text("<<assistant>> ")
+            blocks.append(b.block())
+        return blocks
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> PlainParser:
+        return PlainParser(id_factory=id_factory)
+
+
+def make() -> Dialect:
+    return Tiny()
+
+
+def broken() -> Dialect:
+    raise AssertionError("never called: the entry point fails to load")

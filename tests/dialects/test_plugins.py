@@ -1,0 +1,111 @@
+"""Dialects from other packages: an entry point in ``chatfmt.dialects`` or
+:func:`~chatfmt.dialects.register_dialect`, listed, accepted by ``get_dialect`` and the CLI.
+
+The plugin is a real distribution as ``importlib.metadata`` finds one: a ``*.dist-info`` folder
+with an ``entry_points.txt``, in a directory put on ``sys.path`` (the module it names,
+``tests/dialects/plugin/tiny_chat_dialect.py``, is on the path too).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import chatfmt
+import chatfmt.dialects as registry
+from chatfmt.cli.main import build_parser, main
+from chatfmt.dialects import DialectPluginError, register_dialect
+
+PLUGIN_DIR = Path(__file__).resolve().parent / "plugin"
+
+
+def _distribution(root: Path, entry_points: str) -> None:
+    info = root / "tiny_chat_dialect-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tiny-chat-dialect\nVersion: 0.1\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The registry as a new process has it (built-ins only, plugins not yet loaded); what a
+    test registers is gone afterwards."""
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    monkeypatch.setattr(registry, "DIALECT_CONSTRUCTORS", dict(registry.DIALECT_CONSTRUCTORS))
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    yield
+
+
+@pytest.fixture
+def installed(tmp_path: Path, fresh_registry: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    _distribution(tmp_path, "[chatfmt.dialects]\ntiny = tiny_chat_dialect:make\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_an_installed_plugin_is_listed_and_renders(installed: None) -> None:
+    assert "tiny" in chatfmt.list_dialects()
+    assert {"chatml", "llama3", "harmony"} <= set(chatfmt.list_dialects())
+    dialect = chatfmt.get_dialect("tiny")
+    text = dialect.render_text([{"role": "user", "content": "Hi"}])
+    assert text == "<<user>> Hi\n<<assistant>> "
+    assert dialect.parse("Hello").content == "Hello"
+
+
+def test_the_cli_accepts_a_plugin_dialect(
+    installed: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conv = tmp_path / "conv.json"
+    conv.write_text(json.dumps([{"role": "user", "content": "Hi"}]), encoding="utf-8")
+    assert main(["render", str(conv), "--dialect", "tiny"]) == 0
+    assert capsys.readouterr().out == "<<user>> Hi\n<<assistant>> \n"
+    # chatfmt serve takes the same option: any registered name, no closed list.
+    args = build_parser().parse_args(["serve", "--dialect", "tiny"])
+    assert args.dialect == "tiny"
+
+
+def test_the_cli_refuses_an_unknown_dialect_naming_the_plugins(
+    installed: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["render", "x.json", "--dialect", "nope"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown dialect 'nope'" in err and "tiny" in err and "chatml" in err
+
+
+def test_a_plugin_that_fails_to_load_is_named(
+    tmp_path: Path, fresh_registry: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _distribution(tmp_path, "[chatfmt.dialects]\nghost = tiny_chat_dialect_missing:make\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(DialectPluginError, match="dialect plugin 'ghost'.*failed to load"):
+        chatfmt.list_dialects()
+
+
+def test_a_plugin_cannot_take_a_built_in_name(
+    tmp_path: Path, fresh_registry: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _distribution(tmp_path, "[chatfmt.dialects]\nchatml = tiny_chat_dialect:make\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(DialectPluginError, match="'chatml': it is a built-in dialect"):
+        chatfmt.get_dialect("chatml")
+
+
+def test_register_dialect_at_run_time(fresh_registry: None) -> None:
+    from tiny_chat_dialect import make
+
+    register_dialect("tiny-too", make)
+    assert "tiny-too" in chatfmt.list_dialects()
+    assert chatfmt.get_dialect("tiny-too").parse("ok").content == "ok"
+    with pytest.raises(DialectPluginError, match="already registered"):
+        register_dialect("tiny-too", make)
+    with pytest.raises(DialectPluginError, match="built-in"):
+        register_dialect("qwen2.5", make)
+    register_dialect("not-a-dialect", lambda: object())  # type: ignore[arg-type,return-value]
+    with pytest.raises(DialectPluginError, match="not a Dialect"):
+        chatfmt.get_dialect("not-a-dialect")
