@@ -54,7 +54,7 @@ def add_store_parser(sub: Any) -> None:
 
 def cmd_store(args: argparse.Namespace) -> int:
     from ..store import SCHEMA_VERSION, StoreUnavailable, open_store, read_info, store_version
-    from .main import default_store_path
+    from .options import default_store_path
 
     path = Path(args.store or default_store_path())
     if not path.is_file():
@@ -103,7 +103,7 @@ def _print_info(info: dict[str, Any]) -> None:
 
 def _run(args: argparse.Namespace, store: AdminStorage) -> None:
     from ..store import owner_of
-    from .main import read_keys
+    from .options import read_keys
 
     if args.action == "delete":
         keys: list[str | None] = [None] if args.no_key else list(read_keys(args))
