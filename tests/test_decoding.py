@@ -23,7 +23,6 @@ from chatfmt.events import (
     Event,
     Finish,
     ParseResult,
-    SegmentEnd,
     ToolCallEnd,
     ToolCallStart,
     merge_deltas,

@@ -297,7 +297,8 @@ def test_malformed_json_in_tags_degrades_to_text() -> None:
     r = whole('<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call> after')
     assert r.tool_calls == [] and r.incomplete_calls[0].arguments == "{"
     assert r.content == " after" and r.finish_reason == "stop"
-    assert r.incomplete_calls[0].raw == '<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call>'
+    raw = '<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call>'
+    assert r.incomplete_calls[0].raw == raw
     assert r.warnings
     r = whole('<tool_call>{"name": "f", "arguments": {"a": "x", "b": [1, oops]}}</tool_call>')
     assert r.incomplete_calls[0].arguments == '{"a": "x", "b": ['

@@ -302,7 +302,9 @@ def test_replies_parse_as_the_reference_parses_them(
     messages = [m for m in messages[:-1] if m[1] is None] + messages[-1:]
     ids = reply_ids(tok, messages, style)
     parsed = ref.parse_messages_from_completion_tokens(ids, oh.Role.ASSISTANT)
-    final = "".join(m.content[0].text for m in parsed if m.channel == "final" and not m.recipient)
+    # The answer and preambles (commentary to no one) are what the user sees.
+    shown = ("final", "commentary")
+    final = "".join(m.content[0].text for m in parsed if m.channel in shown and not m.recipient)
     calls = [(m.recipient, json.loads(m.content[0].text)) for m in parsed if m.recipient]
     turn = TurnDecoder(DIALECT, tok)
     for i in ids:
@@ -399,19 +401,39 @@ def test_analysis_is_kept_apart_and_calls_parse() -> None:
     assert result.finish_reason == "tool_calls" and turn.stopped_by == "control"
 
 
+def test_a_body_that_is_no_object_degrades_to_text_with_a_warning() -> None:
+    out = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>[1, 2]<|call|>"
+    result = DIALECT.parse(out)
+    assert result.content == "[1, 2]" and result.tool_calls == [] and not result.incomplete_calls
+    assert result.finish_reason == "stop" and "is not a JSON object" in result.warnings[0]
+
+
 @pytest.mark.parametrize(
-    ("body", "warning"),
+    ("body", "partial", "warning"),
     [
-        ('{"a": 1]}', "malformed JSON"),
-        ("[1, 2]", "is not a JSON object"),
-        ('{"a": 1', "is unterminated"),
+        ('{"a": 1]}', "{", "malformed JSON"),
+        ('{"a": 1', "{", "is unterminated"),
     ],
 )
-def test_malformed_call_degrades_to_text_with_a_warning(body: str, warning: str) -> None:
+def test_a_call_that_does_not_close_is_incomplete(body: str, partial: str, warning: str) -> None:
     out = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>" + body + "<|call|>"
     result = DIALECT.parse(out)
-    assert result.content == body and result.tool_calls == []
+    assert result.content is None and result.tool_calls == []
+    assert [(c.name, c.arguments, c.raw) for c in result.incomplete_calls] == [("f", partial, body)]
     assert result.finish_reason == "stop" and warning in result.warnings[0]
+
+
+def test_a_preamble_is_content() -> None:
+    out = (
+        "<|channel|>commentary<|message|>Let me look.<|end|><|start|>assistant<|channel|>"
+        'commentary to=functions.f <|constrain|>json<|message|>{"q": 1}<|call|>'
+    )
+    result = DIALECT.parse(out)
+    assert result.content == "Let me look." and [c.name for c in result.tool_calls] == ["f"]
+    # It renders back as it was written: the preamble on the commentary channel.
+    conv = [{"role": "user", "content": "go"}, *result.messages]
+    conv.append({"role": "tool", "tool_call_id": result.tool_calls[0].id, "content": "ok"})
+    assert "<|channel|>commentary<|message|>Let me look.<|end|>" in DIALECT.render_text(conv)
 
 
 def test_output_without_a_header_is_text() -> None:

@@ -83,7 +83,7 @@ def test_a_plugin_that_fails_to_load_is_named(
 ) -> None:
     _distribution(tmp_path, "[chatfmt.dialects]\nghost = tiny_chat_dialect_missing:make\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(DialectPluginError, match="dialect plugin 'ghost'.*failed to load"):
+    with pytest.raises(DialectPluginError, match=r"dialect plugin 'ghost'.*failed to load"):
         chatfmt.list_dialects()
 
 

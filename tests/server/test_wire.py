@@ -3,15 +3,25 @@ hand-built dicts did before them (which fields are left out, which are written a
 
 from __future__ import annotations
 
+import json
 import re
 
 from server_helpers import USER_HI, WEATHER_TOOL
 from test_chat_fake import CALL, chat
 
-from chatfmt.events import Finish, ParseResult, TextDelta, ToolCallDelta, ToolCallStart
+from chatfmt.events import (
+    Finish,
+    IncompleteCall,
+    ParseResult,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from chatfmt.messages import Message, ToolCall
 from chatfmt.server import create_app
 from chatfmt.server.policy import CallPolicy
+from chatfmt.server.responses_output import OutputBuilder
 from chatfmt.server.schemas import ChatCompletionChunk, ChunkChoice, Delta, Usage
 from chatfmt.server.wire import assistant_message, chunk_choices
 
@@ -158,3 +168,72 @@ def test_chunk_model_validates_what_it_writes() -> None:
     again = ChatCompletionChunk.model_validate_json(chunk.model_dump_json())
     assert again == chunk
     assert Usage.of(3, 4).total_tokens == 7
+
+
+# ==== A call cut off: as OpenAI returns one, never completed ====
+
+CUT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "cels'
+
+
+def _cut_app(make_fake, qwen_dialect):  # type: ignore[no-untyped-def]
+    script = [CUT + 'ius"}}\n</tool_call><|im_end|>']
+    return create_app(make_fake(script), qwen_dialect, model_name="m")
+
+
+def test_a_cut_call_keeps_its_partial_arguments_whole_and_streamed(make_fake, qwen_dialect) -> None:
+    app = _cut_app(make_fake, qwen_dialect)
+    n = len(app.state.service.tokenizer.encode_text(CUT))
+    body = {"messages": USER_HI, "tools": [WEATHER_TOOL], "max_tokens": n}
+    whole = chat(app, body).json()["choices"][0]
+    assert whole["finish_reason"] == "length"
+    (call,) = whole["message"]["tool_calls"]
+    partial = call["function"]["arguments"]
+    assert call["function"]["name"] == "get_weather"
+    assert '{"city": "Paris", "unit": "cels'.startswith(partial) and partial.startswith('{"city"')
+    streamed = chat(app, {**body, "stream": True}).text
+    chunks = [line[6:] for line in streamed.splitlines() if line.startswith("data: {")]
+    parts = [
+        tc["function"].get("arguments") or ""
+        for c in chunks
+        for ch in json.loads(c)["choices"]
+        for tc in ch["delta"].get("tool_calls") or ()
+    ]
+    assert "".join(parts) == partial  # the same partial text, never completed
+    assert '"finish_reason":"length"' in streamed
+    assert '"finish_reason":"tool_calls"' not in streamed
+
+
+def test_assistant_message_orders_complete_and_incomplete_calls() -> None:
+    done = ToolCall(id="a", name="f", arguments="{}")
+    raw = '<tool_call>{"name": "g", "arguments": {"x": "ab'
+    cut = IncompleteCall(1, "b", "g", '{"x": "ab', raw)
+    result = ParseResult(
+        messages=[Message(role="assistant", content=None, tool_calls=(done,))],
+        finish_reason="length",
+        incomplete_calls=[cut],
+    )
+    policy = CallPolicy()
+    policy.kept_ids |= {"a", "b"}
+    message = assistant_message(result, policy)
+    assert [(c.id, c.function.arguments) for c in message.tool_calls or ()] == [
+        ("a", "{}"),
+        ("b", '{"x": "ab'),
+    ]
+
+
+def test_responses_output_marks_an_incomplete_call() -> None:
+    builder = OutputBuilder()
+    events = builder.feed(
+        [
+            ToolCallStart(0, "c1", "f"),
+            ToolCallDelta(0, '{"x": "ab'),
+            ToolCallEnd(0, complete=False),
+            Finish("stop"),
+        ]
+    )
+    events += builder.finish()
+    (item,) = builder.items
+    assert item["type"] == "function_call" and item["status"] == "incomplete"
+    assert item["arguments"] == '{"x": "ab'
+    done = [e for e in events if e["type"] == "response.output_item.done"]
+    assert done[-1]["item"]["status"] == "incomplete"

@@ -21,7 +21,7 @@ from chatfmt.tokenizers.tiktoken import Llama3Tokenizer
 def meta_tokenizer_model() -> Path:
     """Meta's own tokenizer.model, as the llama-models package ships it."""
     llama_models = pytest.importorskip(
-        "llama_models", reason="llama-models (Meta's reference, with its tokenizer.model) is missing"
+        "llama_models", reason="llama-models (Meta's reference, its tokenizer.model) is missing"
     )
     path = Path(os.path.dirname(llama_models.__file__)) / "llama3" / "tokenizer.model"
     assert path.is_file(), f"llama-models ships no {path}"

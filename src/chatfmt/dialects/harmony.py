@@ -21,6 +21,7 @@ from ..messages import Conversation, Message
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect
+from .harmony_tools import tools_section
 from .parsers.harmony import (
     CALL,
     CHANNEL,
@@ -31,7 +32,6 @@ from .parsers.harmony import (
     START,
     HarmonyParser,
 )
-from .harmony_tools import tools_section
 
 DEFAULT_IDENTITY = "You are ChatGPT, a large language model trained by OpenAI."
 Effort = Literal["low", "medium", "high"]

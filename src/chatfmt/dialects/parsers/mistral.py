@@ -323,7 +323,7 @@ class NamedCallsParser(_Streams, StreamParser):
             self._warnings.append(
                 f"tool call {index}: id {given!r} is malformed; a new one is used"
             )
-        elif any(c.id == given for c in (*self._calls.complete, *self._calls.incomplete)):
+        elif given in {c.id for c in self._calls.complete} | {c.id for c in self._calls.incomplete}:
             self._warnings.append(f"tool call {index}: id {given!r} repeats; a new one is used")
         else:
             return given
