@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,15 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the server extra (chatfmt[server]) is not installed")
 
-from fastapi import Request  # noqa: E402
+from fastapi import Request
 
-from chatfmt.dialects import get_dialect  # noqa: E402
-from chatfmt.engines.fake import FakeEngine  # noqa: E402
-from chatfmt.server import create_app  # noqa: E402
-from chatfmt.server.http import require_bearer  # noqa: E402
-from chatfmt.store import ResponseStore, StoredResponse, owner_of  # noqa: E402
-from chatfmt.tokenizers.base import Tokenizer  # noqa: E402
-from chatfmt.web.conversation_routes import mount_conversations  # noqa: E402
+from chatfmt.dialects import get_dialect
+from chatfmt.engines.fake import FakeEngine
+from chatfmt.server import create_app
+from chatfmt.server.http import require_bearer
+from chatfmt.store import ResponseStore, StoredResponse, owner_of
+from chatfmt.tokenizers.base import Tokenizer
+from chatfmt.web.conversation_routes import mount_conversations
 
 pytestmark = pytest.mark.anyio
 
@@ -36,6 +37,8 @@ B = {"Authorization": "Bearer key-b"}
 BIG_CHAT = {"messages": [{"role": "user", "content": "word " * 4000}]}
 #: Generous: alone, this chat takes a few tens of milliseconds.
 BOUND_S = 2.5
+#: More store calls waiting than the default thread pool has threads (at most 32).
+WAITING = 40
 
 
 @pytest.fixture
@@ -70,19 +73,24 @@ def fill_conversations(path: Path, owner: str, n: int) -> None:
         )
 
 
-async def timed_chat_beside(c: httpx.AsyncClient, busy: Any) -> tuple[float, list[Any]]:
+async def timed_chat_beside(
+    c: httpx.AsyncClient, busy: Any, after_chat: Any = None
+) -> tuple[float, list[Any]]:
     """Key B's chat completion while ``busy`` runs and B's own store lookups wait: its time,
-    and what the others answered."""
+    and what the others answered (after ``after_chat()``)."""
     others = [asyncio.create_task(busy)]
     await asyncio.sleep(0.05)  # the store is busy now
     others += [
-        asyncio.create_task(c.get("/v1/responses/resp_nothing", headers=B)) for _ in range(16)
+        asyncio.create_task(c.get("/v1/responses/resp_nothing", headers=B))
+        for _ in range(WAITING)
     ]
     await asyncio.sleep(0.05)
     start = time.perf_counter()
     chat = await c.post("/v1/chat/completions", json=BIG_CHAT, headers=B)
     took = time.perf_counter() - start
     assert chat.status_code == 200, chat.text
+    if after_chat is not None:
+        after_chat()
     return took, await asyncio.gather(*others)
 
 
@@ -112,17 +120,20 @@ async def test_a_slow_store_holds_up_only_store_calls(
     """Store calls run on the store's own threads: however long they wait, a chat that does
     not use the store gets a thread to render on."""
     store = ResponseStore(tmp_path / "r.sqlite3")
+    released = threading.Event()
 
     def slow_get(owner: str, rid: str) -> StoredResponse | None:
-        time.sleep(4 * BOUND_S / 2)
+        released.wait(timeout=4 * BOUND_S)  # until the chat is done (or long past the bound)
         return None
 
     monkeypatch.setattr(store, "get", slow_get)
     app = make_app(qwen, store)
+
+    async def slow_lookup() -> httpx.Response:
+        return await c.get("/v1/responses/resp_slow", headers=A)
+
     async with client(app) as c:
-        took, lookups = await timed_chat_beside(
-            c, c.get("/v1/responses/resp_slow", headers=A)
-        )
+        took, lookups = await timed_chat_beside(c, slow_lookup(), released.set)
     assert all(r.status_code == 404 for r in lookups)
     assert took < BOUND_S, f"key B's chat took {took:.2f} s beside a slow store"
 
@@ -153,7 +164,8 @@ async def test_a_continuation_whose_conversation_lost_a_response_is_not_stored(
             r = await c.post("/v1/responses", json={**body, "stream": stream}, headers=A)
             assert r.status_code == 200, r.text
             if stream:
-                events = [json.loads(line[6:]) for line in r.text.splitlines() if line[:6] == "data: "]
+                lines = r.text.splitlines()
+                events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
                 answer = events[-1]["response"]
                 assert events[-1]["type"] == "response.completed"
             else:

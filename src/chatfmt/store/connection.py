@@ -70,6 +70,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 
 #: The schema version this chatfmt writes.
 SCHEMA_VERSION = len(MIGRATIONS)
+#: How long a statement waits for another connection's lock (a CLI command beside a server).
+BUSY_S = 5.0
 
 
 class Database:
@@ -89,7 +91,9 @@ class Database:
                 # take its mode) readable by this user only.
                 os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
                 os.chmod(self.path, 0o600)
-            self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self.db = sqlite3.connect(
+                self.path, timeout=BUSY_S, check_same_thread=False, isolation_level=None
+            )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
@@ -119,12 +123,15 @@ class Database:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
+                self.db.execute("COMMIT")
             except BaseException:
-                self.db.execute("ROLLBACK")
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
                 raise
-            self.db.execute("COMMIT")
             if self.wal_limit is not None and self.wal_bytes() > self.wal_limit:
-                self.checkpoint()
+                # Without waiting: a reader on another connection (chatfmt store info) must
+                # not hold up this write; a later one empties the log.
+                self.checkpoint(wait=False)
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
@@ -140,11 +147,17 @@ class Database:
         except OSError:
             return 0  # none (yet), or an in-memory database
 
-    def checkpoint(self) -> bool:
+    def checkpoint(self, *, wait: bool = True) -> bool:
         """Copy the write-ahead log into the database and truncate it (call under the lock,
-        outside a transaction); ``False`` when a reader on another connection kept part of
-        it (it is emptied by a later checkpoint)."""
-        busy: int = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        outside a transaction); ``False`` when another connection kept part of it (it is
+        emptied by a later checkpoint). ``wait``: for that connection, up to its busy time."""
+        if not wait:
+            self.db.execute("PRAGMA busy_timeout = 0")
+        try:
+            busy: int = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        finally:
+            if not wait:
+                self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_S * 1000)}")
         return not busy
 
     def disk_bytes(self) -> int:
