@@ -183,3 +183,31 @@ async def test_odd_paths_get_clear_answers(app: Any) -> None:
         assert r.status_code == 404
 
     await _with(app, run)
+
+
+async def test_an_upload_past_the_disk_cap_is_refused(tok: Tokenizer) -> None:
+    pytest.importorskip("ipykernel", reason="needs the jupyter extra")
+    from chatfmt.interpreter import JupyterInterpreter
+    from chatfmt.interpreter.sandbox import Limits, detect
+
+    box = detect("auto", limits=Limits(memory_mb=1024, disk_mb=1))
+    app, _ = build_app(
+        tok,
+        interpreter_factory=lambda: JupyterInterpreter(timeout=30, sandbox=box),
+        max_upload_bytes=2 * 1024 * 1024,
+    )
+
+    async def run(c: httpx.AsyncClient) -> None:
+        octet = {"Content-Type": "application/octet-stream"}
+        part = os.urandom(600 * 1024)
+        r = await c.post(f"/api/files/{CID}/one.bin", content=part, headers=octet)
+        assert r.status_code == 200, r.text
+        r = await c.post(f"/api/files/{CID}/two.bin", content=part, headers=octet)
+        assert r.status_code == 507, r.text
+        error = r.json()["error"]
+        assert error["code"] == "disk_limit" and "--kernel-disk-mb" in error["message"]
+        assert [f["name"] for f in (await c.get(f"/api/files/{CID}")).json()["files"]] == [
+            "one.bin"
+        ]
+
+    await _with(app, run)

@@ -513,15 +513,15 @@ async def test_api_key(tok: Tokenizer) -> None:
     assert events_of(ok)[-1]["type"] == "done"
 
 
-async def test_factory_failure_is_an_error_event(tok: Tokenizer) -> None:
+async def test_factory_failure_is_a_503_before_the_stream(tok: Tokenizer) -> None:
     from chatfmt.errors import InterpreterError
 
     def broken() -> FakeInterpreter:
         raise InterpreterError("no kernel today")
 
     app, _ = build_app(tok, interpreter_factory=broken)
-    events = events_of(
-        await post_agent(app, messages=USER, mode="interpreter", conversation_id="conv-broken")
-    )
-    assert events == [{"type": "error", "message": "no kernel today"}]
+    r = await post_agent(app, messages=USER, mode="interpreter", conversation_id="conv-broken")
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["message"] == "no kernel today"
+    assert r.json()["error"]["code"] == "interpreter_unavailable"
     await app.state.chatfmt_web_sessions.close_all()

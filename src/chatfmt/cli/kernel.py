@@ -1,9 +1,11 @@
 """The code interpreter's command-line options, shared by ``chatfmt chat`` and ``chatfmt serve``:
-the sandbox, its limits, and the kernel's Python."""
+the sandbox, its limits, and the kernel's Python; and for ``serve``, the check that refuses to
+offer the interpreter on a public address without an API key."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import shutil
 import sys
@@ -34,6 +36,63 @@ def add_kernel_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kernel-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="how long one run of code may take before it is interrupted "
                    "(default: 60)")  # fmt: skip
+    g.add_argument("--kernel-disk-mb", type=int, default=512, metavar="MB",
+                   help="most a conversation's working directory may hold, all files together; "
+                   "past it the kernel is restarted (default: 512)")  # fmt: skip
+
+
+def add_public_bind_option(p: argparse.ArgumentParser) -> None:
+    """``serve``'s escape hatch from :func:`check_public_bind`."""
+    p.add_argument("--allow-public-without-key", action="store_true",
+                   help="serve the code interpreter on a non-loopback --host without --api-key "
+                   "(anyone who reaches the address runs code on this machine; only for a "
+                   "network you trust)")  # fmt: skip
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to ``host`` keeps the server on this machine (``localhost``,
+    127.0.0.0/8, ``::1``); a wildcard or any other name or address does not."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_public_bind(
+    host: str, keys: Sequence[str] | None, *, interpreter: bool, allow: bool
+) -> None:
+    """Refuse (:class:`InterpreterError`, one line naming the fixes) to serve the code
+    interpreter on a non-loopback address without an API key, unless ``allow``: anyone who can
+    reach the address could run code on this machine. With ``allow``, a warning on stderr."""
+    if not interpreter or keys or is_loopback(host):
+        return
+    if allow:
+        print(
+            f"chatfmt: WARNING: the code interpreter is served on {host} without an API key "
+            "(--allow-public-without-key): anyone who reaches it runs code on this machine",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    raise InterpreterError(
+        f"--host {host} offers the code interpreter (code runs on this machine) to anyone who "
+        "can reach that address, and no API key is set: give --api-key (or --api-key-file), "
+        "bind to 127.0.0.1, turn the interpreter off with --no-interpreter, or pass "
+        "--allow-public-without-key if every client on that network may run code here"
+    )
+
+
+def interpreter_wanted(args: argparse.Namespace) -> bool:
+    """Whether ``serve`` would offer the code interpreter: its web chat is on, the
+    interpreter is not turned off, and the kernel's packages are installed."""
+    import importlib.util
+
+    if getattr(args, "no_web", False) or getattr(args, "no_interpreter", False):
+        return False
+    return all(importlib.util.find_spec(m) is not None for m in ("jupyter_client", "ipykernel"))
 
 
 def kernel_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -45,6 +104,9 @@ def kernel_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         raise InterpreterError(f"--kernel-memory-mb must be positive, got {args.kernel_memory_mb}")
     if not args.kernel_timeout > 0:
         raise InterpreterError(f"--kernel-timeout must be positive, got {args.kernel_timeout}")
+    disk_mb = getattr(args, "kernel_disk_mb", 512)
+    if disk_mb <= 0:
+        raise InterpreterError(f"--kernel-disk-mb must be positive, got {disk_mb}")
     python = args.kernel_python
     if python is not None:
         found = shutil.which(python) or (python if os.access(python, os.X_OK) else None)
@@ -54,9 +116,8 @@ def kernel_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 "that has ipykernel installed"
             )
         python = found
-    sandbox = detect(
-        args.sandbox, limits=Limits(memory_mb=args.kernel_memory_mb), network=args.sandbox_network
-    )
+    limits = Limits(memory_mb=args.kernel_memory_mb, disk_mb=disk_mb)
+    sandbox = detect(args.sandbox, limits=limits, network=args.sandbox_network)
     return {"sandbox": sandbox, "python": python, "timeout": args.kernel_timeout}
 
 

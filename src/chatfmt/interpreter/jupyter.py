@@ -44,6 +44,7 @@ from typing import Any
 
 from ..errors import InterpreterError
 from .cgroup import KernelCgroups
+from .disk import DiskGuard
 from .lifetime import Resource
 from .process import (
     in_launcher,
@@ -59,13 +60,6 @@ from .results import ExecutionResult, _Collector
 from .sandbox import Sandbox, detect, with_limits
 
 _MPL_INLINE = "module://matplotlib_inline.backend_inline"
-# What an error says when the sandbox has no network: unreachable hosts, refused connections
-# (localhost is the sandbox's own), names that do not resolve.
-_NETWORK_SIGNS = (
-    "Network is unreachable", "Connection refused", "Name or service not known",
-    "Temporary failure in name resolution", "No address associated with hostname",
-    "ConnectionRefusedError", "gaierror",
-)  # fmt: skip
 # Environment variables a kernel gets without inherit_env (plus LC_*).
 _ENV_KEEP = frozenset(
     {
@@ -85,7 +79,8 @@ class JupyterInterpreter(Resource):
     :meth:`ExecutionResult.observation`; ``sandbox`` confines the kernel (default:
     ``detect("auto")``, the best this host offers); ``memory_limit_mb``, when given, replaces
     the sandbox's memory limit. ``work_dir`` is created if missing; without it a temporary
-    directory is used and removed on close. The kernel sees only neutral environment variables
+    directory is used and removed on close; the sandbox's ``disk_mb`` caps what it may hold,
+    all files together (:mod:`.disk`). The kernel sees only neutral environment variables
     (``PATH``, ``HOME``, locale, ...) plus ``env``, unless ``inherit_env=True``.
     """
 
@@ -127,6 +122,8 @@ class JupyterInterpreter(Resource):
             if self._owns_work_dir
             else None
         )
+        self._disk = DiskGuard(self._work_dir, box.limits.disk_mb)
+        self._disk_stopped = False  # restarted between runs for the cap; the next run says so
         self._lock = threading.RLock()  # one run (or restart) at a time
         self._km: Any = None
         self._kc: Any = None
@@ -270,6 +267,7 @@ class JupyterInterpreter(Resource):
                 )
             kc.wait_for_ready(timeout=self.startup_timeout)
             self._setup()
+            self._disk.settle()  # a fresh kernel: what the directory holds now is allowed
         except Exception as exc:
             tail = self._log_tail()
             self._stop_kernel()
@@ -343,6 +341,11 @@ class JupyterInterpreter(Resource):
 
     # -- files --------------------------------------------------------------------------------
 
+    def disk_room(self) -> int | None:
+        """Bytes that may still be added to ``work_dir`` under the disk cap (``None``: no cap),
+        so that a server refuses an upload that would pass it."""
+        return self._disk.room()
+
     def upload(self, name: str, data: bytes | str) -> Path:
         """Write a file into ``work_dir`` (atomically) and return its path.
 
@@ -384,6 +387,8 @@ class JupyterInterpreter(Resource):
                 self._work_dir_cleanup = None
             if not path.is_relative_to(self._work_dir):
                 self._work_dir, self._owns_work_dir = path, False
+                self._disk.root = path
+                self._disk.settle()
             self._silent(f"import os as _o\n_o.chdir({str(path)!r})\ndel _o")
 
     # -- running code -------------------------------------------------------------------------
@@ -414,8 +419,16 @@ class JupyterInterpreter(Resource):
                     max_output_chars=self.max_output_chars,
                     note=note,
                 )
+            if self._disk_stopped or self._disk.over():  # written since the last run
+                restart, self._disk_stopped = not self._disk_stopped, False
+                result = ExecutionResult(max_output_chars=self.max_output_chars)
+                return self._disk_stop(result, restart=restart)
             try:
-                return self._noted(self._run(code, limit))
+                result = self._noted(self._run(code, limit))
+                if not result.restarted and self._disk.over():  # written between two measures
+                    return self._disk_stop(result, running=True)
+                self._disk.settle()
+                return result
             except Exception:
                 if not self._closed:
                     raise
@@ -423,6 +436,36 @@ class JupyterInterpreter(Resource):
                 return ExecutionResult(max_output_chars=self.max_output_chars).with_error(
                     "InterpreterClosed: the interpreter was closed while this code ran."
                 )
+
+    def enforce_disk_limit(self) -> bool:
+        """Between runs (a server's sweeper): stop and restart the kernel if its directory grew
+        past the disk cap since the last run; True if it did. A no-op while code runs (the run
+        checks for itself) or before start."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._km is None or self._closed or not self._disk.over():
+                return False
+            self._disk_stop(ExecutionResult())
+            self._disk_stopped = True
+            return True
+        finally:
+            self._lock.release()
+
+    def _disk_stop(
+        self, result: ExecutionResult, *, running: bool = False, restart: bool = True
+    ) -> ExecutionResult:
+        """Kill and restart a kernel whose working directory grew past the disk cap: an
+        interrupt would leave background threads and processes writing (see :mod:`.disk`)."""
+        failed = self._restart_quietly() if restart else ""
+        result.restarted, result.note = True, self._disk.note()
+        when = "while this code ran" if running else "since the last run (code left running)"
+        return result.with_error(
+            f"DiskLimit: the working directory grew past its {self._disk.limit_mb} MB cap {when}, "
+            "so the kernel was stopped and restarted: variables, imports and definitions are "
+            "lost; the files are kept. Delete files to free space." + failed,
+            ename="DiskLimit",
+        )
 
     def interrupt(self) -> None:
         """Interrupt the running cell, e.g. when its request was cancelled.
@@ -450,19 +493,8 @@ class JupyterInterpreter(Resource):
 
     def _noted(self, result: ExecutionResult) -> ExecutionResult:
         """Add the one-line note for a limit the error shows: the network, a file's size."""
-        if result.note is not None or result.ok:
-            return result
-        text = f"{result.ename}: {result.evalue}"
-        if (
-            self.sandbox.isolate
-            and not self.sandbox.network
-            and any(sign in text for sign in _NETWORK_SIGNS)
-        ):
-            result.note = "network access is blocked in this sandbox"
-        elif "File too large" in text and self.sandbox.limits.file_mb is not None:
-            result.note = f"file size limit reached ({self.sandbox.limits.file_mb} MB per file)"
-        elif "Resource temporarily unavailable" in text and self.sandbox.isolate:
-            result.note = f"process limit reached ({self.sandbox.limits.processes} tasks)"
+        if result.note is None and not result.ok:
+            result.note = self.sandbox.note_for(f"{result.ename}: {result.evalue}")
         return result
 
     async def aexecute(self, code: str, timeout: float | None = None) -> ExecutionResult:
@@ -528,6 +560,9 @@ class JupyterInterpreter(Resource):
                     "interrupted, so the kernel was restarted: variables, imports and "
                     "definitions are lost." + failed
                 )
+            if self._disk.due_and_over():
+                result = out.result(self.max_output_chars, timed_out=interrupted_at is not None)
+                return self._disk_stop(result, running=True)
             wait = 0.2 if interrupted_at is None else 0.1
             try:
                 msg = kc.iopub_channel.get_msg(timeout=min(wait, max(deadline - now, 0.01)))

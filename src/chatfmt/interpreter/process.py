@@ -11,6 +11,8 @@ import functools
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -71,7 +73,55 @@ def private_root() -> Path:
     this directory no other user of the host can reach them."""
     root = Path(tempfile.mkdtemp(prefix="chatfmt-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
+    _start_reaper(root)
     return root
+
+
+#: The write end of the pipe the reaper watches (held, never written, until this process
+#: ends) and the reaper itself (kept, so that it is not reported as a forgotten child).
+_REAPER: list[Any] = []
+
+# The reaper: waits for end-of-file on the pipe, which comes when the server is gone however it
+# ended (atexit hooks do not run after SIGTERM re-raised by uvicorn, nor after SIGKILL), then
+# removes the directory, trying again while kernels that die with the server still write.
+_REAPER_CODE = """
+import os, shutil, signal, sys, time
+for name in ("SIGINT", "SIGHUP", "SIGTERM"):
+    signal.signal(getattr(signal, name), signal.SIG_IGN)
+fd, root = int(sys.argv[1]), sys.argv[2]
+try:
+    while os.read(fd, 4096):
+        pass
+except OSError:
+    pass
+for _ in range(40):
+    shutil.rmtree(root, ignore_errors=True)
+    if not os.path.exists(root):
+        break
+    time.sleep(0.25)
+"""
+
+
+def _start_reaper(root: Path) -> None:
+    """Start a small process that removes ``root`` once this process has ended, whatever
+    ended it. Only this process holds the pipe's write end (descriptors are not inherited by
+    kernels), so its end is the pipe's."""
+    read_end, write_end = os.pipe()
+    try:
+        reaper = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _REAPER_CODE, str(read_end), str(root)],
+            pass_fds=(read_end,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl+C in the terminal is for the server, not for it
+        )
+    except OSError:  # no reaper: the atexit hook still removes the directory on a normal exit
+        os.close(write_end)
+    else:
+        _REAPER.extend((write_end, reaper))
+    finally:
+        os.close(read_end)
 
 
 def close_thread_loop() -> None:

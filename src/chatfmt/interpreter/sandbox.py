@@ -9,7 +9,8 @@ no host, localhost included. Its init is PID 1 of its namespace: when the kernel
 every process it started, ``setsid`` and double forks included.
 
 Limits apply with or without bubblewrap (rlimits set by a small launcher before ``bwrap``):
-CPU seconds per process, file size, open files. Memory and tasks (processes and threads, so a
+CPU seconds per process, file size, open files; the working directory's total by measure
+(:mod:`.disk`). Memory and tasks (processes and threads, so a
 fork bomb stops at the cap) are limited by cgroups where the host allows them
 (:mod:`.cgroup`; memory: real usage); otherwise memory by the address space (``RLIMIT_AS``,
 virtual memory) and tasks by ``RLIMIT_NPROC`` inside the sandbox's user namespace (which binds
@@ -45,6 +46,13 @@ _SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
 #: Inside the sandbox, the kernel's home and caches live in a private tmpfs.
 _INNER_HOME = "/tmp/home"
 _UID = 1000
+# What an error says when the sandbox has no network: unreachable hosts, refused connections
+# (localhost is the sandbox's own), names that do not resolve.
+_NETWORK_SIGNS = (
+    "Network is unreachable", "Connection refused", "Name or service not known",
+    "Temporary failure in name resolution", "No address associated with hostname",
+    "ConnectionRefusedError", "gaierror",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -56,12 +64,21 @@ class Limits:
     processes: int | None = 256
     file_mb: int | None = 2048
     open_files: int | None = 1024
+    #: The most the working directory may hold, all files together (see :mod:`.disk`).
+    disk_mb: int | None = 512
 
     def __post_init__(self) -> None:
-        for name in ("memory_mb", "cpu_seconds", "processes", "file_mb", "open_files"):
+        for name in ("memory_mb", "cpu_seconds", "processes", "file_mb", "open_files", "disk_mb"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise InterpreterError(f"sandbox limit {name} must be positive, got {value}")
+
+    @property
+    def file_cap_mb(self) -> int | None:
+        """The size one file may reach: the file limit, and never more than the disk cap (a
+        single file then stops at the cap by the kernel's own ``RLIMIT_FSIZE``)."""
+        caps = [c for c in (self.file_mb, self.disk_mb) if c is not None]
+        return min(caps) if caps else None
 
 
 @dataclass(frozen=True)
@@ -100,8 +117,10 @@ class Sandbox:
                 parts.append(f"{lim.processes} tasks where the host allows")
             elif enforced:
                 parts.append(f"{lim.processes} tasks")
-        if lim.file_mb is not None:
-            parts.append(f"files up to {lim.file_mb} MB")
+        if lim.file_cap_mb is not None:
+            parts.append(f"files up to {lim.file_cap_mb} MB")
+        if lim.disk_mb is not None:
+            parts.append(f"disk {lim.disk_mb} MB per working directory")
         limits = ", ".join(parts) or "none"
         if not self.isolate:
             why = f" ({self.missing})" if self.missing else ""
@@ -114,6 +133,17 @@ class Sandbox:
             f"sandbox on (bubblewrap): {net}, only its working directory writable and no other "
             f"host files, own process namespace; limits: {limits}"
         )
+
+    def note_for(self, error: str) -> str | None:
+        """The one-line note for a limit that the error text ``error`` shows (the network, a
+        file's size, the task cap), or ``None``."""
+        if self.isolate and not self.network and any(s in error for s in _NETWORK_SIGNS):
+            return "network access is blocked in this sandbox"
+        if "File too large" in error and self.limits.file_cap_mb is not None:
+            return f"file size limit reached ({self.limits.file_cap_mb} MB per file)"
+        if "Resource temporarily unavailable" in error and self.isolate:
+            return f"process limit reached ({self.limits.processes} tasks)"
+        return None
 
     def _tasks_enforced(self, tasks_cgroup: bool | None) -> bool | None:
         if tasks_cgroup:
@@ -156,8 +186,8 @@ class Sandbox:
             out["RLIMIT_AS"] = lim.memory_mb * mb
         if lim.cpu_seconds is not None:
             out["RLIMIT_CPU"] = lim.cpu_seconds
-        if lim.file_mb is not None:
-            out["RLIMIT_FSIZE"] = lim.file_mb * mb
+        if lim.file_cap_mb is not None:
+            out["RLIMIT_FSIZE"] = lim.file_cap_mb * mb
         if lim.open_files is not None:
             out["RLIMIT_NOFILE"] = lim.open_files
         return out

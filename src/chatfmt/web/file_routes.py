@@ -1,5 +1,11 @@
 """The web chat's file routes: upload into, list, and download from a conversation's code
-interpreter working directory (the checks on paths are :mod:`.files`'s)."""
+interpreter working directory (the checks on paths are :mod:`.files`'s).
+
+Sessions belong to the API key that made them (its owner, as the response store names it): a
+key reaches only its own conversations' directories. Another key's conversation id is, to it,
+a conversation without files (an empty listing, a 404 for a download), and an upload under
+that id goes to a session of its own, never into the other key's directory.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +16,44 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from ..interpreter.sessions import InterpreterSessions
+from ..errors import InterpreterError
+from ..interpreter.sessions import InterpreterSessions, SessionsBusy
 from ..server.errors import ApiError
 from ..server.http import json_response
 from ..server.openapi import error_responses
+from ..server.schemas import ErrorResponse
+from ..server.store import owner_of
 from .files import FileError, check_name, list_files, open_download, save_upload
 from .schemas import CONVERSATION_ID, FileEntry, FileList, UploadResponse
 
 _UPLOAD_TYPE = "application/octet-stream"
+
+
+#: The interpreter's own error answers (the shared table describes the engine's and store's).
+_SESSION_ERRORS: dict[int, str] = {
+    429: "This API key's share of interpreter sessions is all in use",
+    503: "Every interpreter session of the server is in use, or a kernel could not start",
+    507: "The conversation's working directory is at its disk cap",
+}
+
+
+def session_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for routes that start interpreter sessions (with 429, 503, 507)."""
+    shared = error_responses(*(s for s in statuses if s not in _SESSION_ERRORS))
+    own: dict[int | str, dict[str, Any]] = {
+        s: {"model": ErrorResponse, "description": _SESSION_ERRORS[s]}
+        for s in statuses
+        if s in _SESSION_ERRORS
+    }
+    return {**shared, **own}
+
+
+def session_error(exc: InterpreterError) -> ApiError:
+    """A session that cannot start, as an answer: 429 when the key is at its share, 503 when
+    the server is full or the kernel failed to start (the message says which)."""
+    status = exc.status if isinstance(exc, SessionsBusy) else 503
+    code = "sessions_busy" if isinstance(exc, SessionsBusy) else "interpreter_unavailable"
+    return ApiError(status, str(exc), type="server_error", code=code)
 
 
 def _conversation_id(cid: str) -> str:
@@ -30,20 +66,24 @@ def mount_files(
     app: FastAPI,
     sessions: InterpreterSessions,
     *,
-    check: Callable[[Request], Any],
+    check: Callable[[Request], str | None],
     max_upload_bytes: int,
 ) -> None:
     """``POST /api/files/{id}/{name}`` (the raw file, ``application/octet-stream``: a type
     another site cannot send without a preflight), ``GET /api/files/{id}``, and
-    ``GET /api/files/{id}/{path}``. ``check`` raises for requests the page may not make."""
+    ``GET /api/files/{id}/{path}``. ``check`` raises for requests the page may not make and
+    returns the API key the request carried, whose sessions it reaches."""
 
     @app.post(
         "/api/files/{cid}/{name}",
         response_model=None,
-        responses={200: {"model": UploadResponse}, **error_responses(400, 401, 403, 409, 413, 415)},
+        responses={
+            200: {"model": UploadResponse},
+            **session_errors(400, 401, 403, 409, 413, 415, 429, 503, 507),
+        },
     )
     async def upload(request: Request, cid: str, name: str) -> Response:
-        check(request)
+        owner = owner_of(check(request))
         _conversation_id(cid)
         try:
             check_name(name)
@@ -61,9 +101,21 @@ def mount_files(
         data = await request.body()
         if len(data) > max_upload_bytes:
             raise ApiError(413, f"the file is larger than the upload limit of {limit_mb:g} MB")
-        root = await sessions.directory(cid, create=True)
+        try:
+            root = await sessions.directory(cid, create=True, owner=owner)
+        except InterpreterError as exc:
+            raise session_error(exc) from None
         if root is None:
             raise ApiError(400, "this interpreter keeps no files")
+        room = await sessions.disk_room(cid, owner)
+        if room is not None and len(data) > room:
+            raise ApiError(
+                507,
+                f"the conversation's working directory has {room / 1024 / 1024:.1f} MB left under "
+                "its disk cap (--kernel-disk-mb); delete files there, or upload a smaller file",
+                type="server_error",
+                code="disk_limit",
+            )
         try:
             path = await asyncio.to_thread(save_upload, root, name, data)
         except FileError as exc:
@@ -76,8 +128,8 @@ def mount_files(
         responses={200: {"model": FileList}, **error_responses(400, 401, 403)},
     )
     async def listing(request: Request, cid: str) -> Response:
-        check(request)
-        root = await sessions.directory(_conversation_id(cid), create=False)
+        owner = owner_of(check(request))
+        root = await sessions.directory(_conversation_id(cid), create=False, owner=owner)
         files = await asyncio.to_thread(list_files, root) if root is not None else []
         entries = [FileEntry(**f) for f in files]
         return json_response(FileList(directory=str(root) if root else None, files=entries))
@@ -88,8 +140,8 @@ def mount_files(
         responses=error_responses(400, 401, 403, 404),
     )
     async def download(request: Request, cid: str, path: str) -> Response:
-        check(request)
-        root = await sessions.directory(_conversation_id(cid), create=False)
+        owner = owner_of(check(request))
+        root = await sessions.directory(_conversation_id(cid), create=False, owner=owner)
         if root is None:
             raise ApiError(404, "this conversation has no files", type="not_found_error")
         try:

@@ -27,7 +27,7 @@ from ..agent import Agent, CodeRunner, ToolRunner
 from ..context import Budget
 from ..dialects.base import Dialect
 from ..engines.base import Engine, SamplingParams
-from ..errors import ChatFmtError
+from ..errors import ChatFmtError, InterpreterError
 from ..interpreter.sessions import InterpreterSessions
 from ..messages import Conversation, Message, Tool, from_openai
 from ..server.errors import ApiError
@@ -42,9 +42,9 @@ from ..server.http import (
 )
 from ..server.openapi import error_responses, event_stream_ok, json_body, publish_models
 from ..server.sse import event_stream, sse_event, sse_response
-from ..server.store import ResponseStore
+from ..server.store import ResponseStore, owner_of
 from .conversation_routes import mount_conversations
-from .file_routes import mount_files
+from .file_routes import mount_files, session_error, session_errors
 from .modes import INTERPRETER_TOOL, Modes
 from .page_events import agent_events, error_event
 from .schemas import CONVERSATION_ID, AgentRequest, CountRequest, CountResponse, InfoResponse
@@ -129,9 +129,14 @@ def mount_web(
     sampling = params or SamplingParams(max_tokens=1024, temperature=0.0)
     budget = Budget(dialect, engine.tokenizer)
     budget_lock = threading.Lock()  # the block cache is shared by worker threads
+    keys = 1 if isinstance(api_key, str) else len(api_key or ())
     sessions = (
         InterpreterSessions(
-            interpreter_factory, idle_timeout=idle_timeout, max_sessions=max_sessions
+            interpreter_factory,
+            idle_timeout=idle_timeout,
+            max_sessions=max_sessions,
+            # Each key its fair share, so one key cannot close another's kernels.
+            max_per_owner=max(1, max_sessions // max(1, keys)),
         )
         if interpreter_factory is not None
         else None
@@ -216,10 +221,11 @@ def mount_web(
         "/api/agent",
         response_model=None,
         openapi_extra=json_body(AgentRequest),
-        responses={**_AGENT_OK, **error_responses(400, 401, 403, 415)},
+        responses={**_AGENT_OK, **session_errors(400, 401, 403, 415, 429, 503)},
     )
     async def agent(request: Request) -> Response:
         body = await read_post(request, AgentRequest)
+        owner = owner_of(require_bearer(request, api_key))  # its sessions only
         problem = modes.problem(body.mode)
         if problem is not None:
             raise ApiError(400, problem, param="mode")
@@ -235,6 +241,11 @@ def mount_web(
             dialect.validate(conv)
         except ValueError as exc:  # chatfmt's ValidationError is a ValueError too
             raise ApiError(400, str(exc), param="messages") from None
+        if body.mode == "interpreter" and sessions is not None and cid is not None:
+            try:  # before the stream begins, so "busy" is a status, not a 200's last event
+                await sessions.start(cid, owner)
+            except InterpreterError as exc:
+                raise session_error(exc) from None
 
         def loop(interpreter: CodeRunner | None = None) -> Agent:
             runner = modes.runner(body.mode)
@@ -253,7 +264,7 @@ def mount_web(
                     yield event
                 return
             assert sessions is not None and cid is not None
-            async with sessions.use(cid) as interpreter:
+            async with sessions.use(cid, owner) as interpreter:
                 async for event in agent_events(loop(interpreter), conv):
                     yield event
 
