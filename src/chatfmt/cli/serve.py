@@ -17,7 +17,12 @@ from ..dialects import get_dialect
 from ..dialects.base import Dialect
 from ..engines.default_model import DEFAULT_MODEL_NAME, resolve_model
 from ..errors import ChatFmtError, MissingDependencyError
-from .kernel import add_kernel_options
+from .kernel import (
+    add_kernel_options,
+    add_public_bind_option,
+    check_public_bind,
+    interpreter_wanted,
+)
 from .options import (
     UsageError,
     add_engine_options,
@@ -351,6 +356,7 @@ def add_serve_parser(sub: Any) -> None:
                    help="largest file the web chat uploads to the interpreter; at most "
                    "--max-body-mb (default: 8)")  # fmt: skip
     add_kernel_options(p)
+    add_public_bind_option(p)
     p.add_argument("--no-web", action="store_true", help="serve only the API, no web chat")
     p.set_defaults(func=cmd_serve)
 
@@ -362,6 +368,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     api_key = read_keys(args) or None
     check_api_key(api_key)  # before the model loads: a key no client could send
+    wanted = interpreter_wanted(args)
+    check_public_bind(args.host, api_key, interpreter=wanted, allow=args.allow_public_without_key)
     tools = load_tools_file(args.tools) if args.tools else None
     if args.store_max_age_days <= 0 or args.store_max_mb < 0:
         fail("--store-max-age-days must be positive, and --store-max-mb 0 (no limit) or more")
