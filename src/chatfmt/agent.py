@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .context import Budget
 from .decoding import TurnDecoder
@@ -20,11 +20,9 @@ from .dialects.base import ConversationLike, Dialect
 from .engines.base import Engine, SamplingParams
 from .events import Event, ParseResult, TextDelta
 from .grammar import Grammar, SchemaError
+from .interpreter.runner import CodeRunner as CodeRunner  # re-exported from its home
 from .messages import INTERPRETER, Conversation, Message, Tool, ToolCall, as_conversation
 from .segments import BlockEncoder
-
-if TYPE_CHECKING:
-    from .interpreter import ExecutionResult
 
 log = logging.getLogger("chatfmt.agent")
 
@@ -37,12 +35,6 @@ class ToolRunner(Protocol):
     async def acall(
         self, name: str, arguments: str | Mapping[str, Any], *, timeout: float | None = None
     ) -> Any: ...
-
-
-class CodeRunner(Protocol):
-    """What the loop needs from a code interpreter."""
-
-    def execute(self, code: str, timeout: float | None = None) -> ExecutionResult: ...
 
 
 # ==== Events ====
