@@ -53,6 +53,7 @@ SLOW_MODULE_FIXTURES = {"web/test_files.py": frozenset({"app"})}  # a real sandb
 SLOW_MODULES = frozenset(
     {
         "server/test_real_model.py",  # both engines on the default model
+        "engines/test_local.py",  # llama.cpp in process
         "web/test_tenants.py",  # real kernels per API key
     }
 )
