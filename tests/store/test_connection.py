@@ -65,6 +65,9 @@ def test_version_3_rows_migrate_and_continue_by_rendering(tmp_path: Path) -> Non
     # Schema 5's index: one owner's web conversations in time order, for eviction.
     indexes = rows(store, "SELECT name FROM sqlite_master WHERE type = 'index'")
     assert ("conversations_owner_updated",) in indexes
+    # And what each key stores, summed from the rows already there.
+    size = len("{}") + len("[]") + len('[{"role": "user", "content": "old"}]') + len("null")
+    assert rows(store, "SELECT owner, bytes FROM usage") == [("o", size)]
 
 
 def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path: Path) -> None:

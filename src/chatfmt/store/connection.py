@@ -21,6 +21,15 @@ from ..errors import StoreError, StoreUnavailable
 
 _T = TypeVar("_T")
 
+#: What a response row holds, in bytes (SQL over its columns; ``row``: a prefix, e.g. ``OLD.``).
+RESPONSE_BYTES = (
+    "length(CAST({row}response AS BLOB)) + length(CAST({row}input_items AS BLOB)) + "
+    "COALESCE(length(CAST({row}messages AS BLOB)), 0) + "
+    "COALESCE(length(CAST({row}conversation AS BLOB)), 0) + COALESCE(length({row}ids), 0)"
+)
+#: What a web conversation row holds, in bytes (SQL).
+CONVERSATION_BYTES = "length(CAST({row}state AS BLOB))"
+
 #: Each migration takes the schema from its index to the next version; a migration and its
 #: version land together, in one transaction.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -64,8 +73,37 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX responses_previous ON responses (previous_id)",
     ),
     # One owner's web conversations oldest first, on an index: eviction walks them in order
-    # instead of sorting them all for every conversation it deletes.
-    ("CREATE INDEX conversations_owner_updated ON conversations (owner, updated_at)",),
+    # instead of sorting them all for every conversation it deletes. What each owner stores,
+    # kept by triggers as rows come and go, so that eviction need not sum every row first.
+    (
+        "CREATE INDEX conversations_owner_updated ON conversations (owner, updated_at)",
+        "CREATE TABLE usage (owner TEXT PRIMARY KEY, bytes INTEGER NOT NULL) WITHOUT ROWID",
+        f"INSERT INTO usage (owner, bytes) SELECT owner, SUM(n) FROM ("
+        f"SELECT owner, {RESPONSE_BYTES.format(row='')} AS n FROM responses UNION ALL "
+        f"SELECT owner, {CONVERSATION_BYTES.format(row='')} FROM conversations) GROUP BY owner",
+        *(
+            f"CREATE TRIGGER {table}_usage_{event} AFTER {event.upper()} ON {table} BEGIN "
+            + (
+                f"UPDATE usage SET bytes = bytes - ({size.format(row='OLD.')}) "
+                "WHERE owner = OLD.owner; "
+                "DELETE FROM usage WHERE owner = OLD.owner AND bytes <= 0; "
+                if event != "insert"
+                else ""
+            )
+            + (
+                f"INSERT INTO usage (owner, bytes) VALUES (NEW.owner, {size.format(row='NEW.')}) "
+                "ON CONFLICT (owner) DO UPDATE SET bytes = bytes + excluded.bytes; "
+                if event != "delete"
+                else ""
+            )
+            + "END"
+            for table, size in (
+                ("responses", RESPONSE_BYTES),
+                ("conversations", CONVERSATION_BYTES),
+            )
+            for event in ("insert", "update", "delete")
+        ),
+    ),
 )
 
 #: The schema version this chatfmt writes.

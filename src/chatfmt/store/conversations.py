@@ -10,8 +10,10 @@ import json
 import sqlite3
 from typing import Any
 
+from .connection import CONVERSATION_BYTES
+
 #: What a conversation row holds, in bytes (SQL).
-ROW_BYTES = "length(CAST(state AS BLOB))"
+ROW_BYTES = CONVERSATION_BYTES.format(row="")
 
 
 def save(

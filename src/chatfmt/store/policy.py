@@ -15,7 +15,8 @@ and those it continues, and the web conversation just saved, stay; when the key 
 stores the most and has nothing else to give, :class:`~chatfmt.errors.StoreFull` (and nothing
 is written): one key cannot evict the others to grow a conversation past the limit.
 
-Eviction walks each key's rows oldest first along the ``(owner, created_at)`` and ``(owner,
+Eviction reads what each key stores from the ``usage`` table (kept by triggers as rows come
+and go), walks each key's rows oldest first along the ``(owner, created_at)`` and ``(owner,
 updated_at)`` indexes, stops as soon as it has enough, and deletes what it chose in a few
 statements: its cost follows what it deletes, not the store's size.
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections import Counter
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import closing
 
@@ -88,14 +88,10 @@ class Limits:
         if excess <= 0:
             return
         remaining = excess + int(limit * STEP_SHARE)
-        # What each key stores: one pass over the rows, grouped along the owner indexes.
-        active: Counter[str] = Counter()
-        for table, size in (
-            ("responses", responses.ROW_BYTES),
-            ("conversations", conversations.ROW_BYTES),
-        ):
-            grouped = db.execute(f"SELECT owner, SUM({size}) FROM {table} GROUP BY owner")
-            active.update(dict(grouped.fetchall()))
+        # What each key stores, as the schema's triggers keep it (no pass over the rows).
+        active: dict[str, int] = dict(
+            db.execute("SELECT owner, bytes FROM usage WHERE bytes > 0").fetchall()
+        )
         protected = set(responses.ancestry(db, keep)) if keep is not None else set()
         while remaining > 0 and active:
             level = _level(list(active.values()), remaining)

@@ -25,14 +25,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import BrokenChain
+from .connection import RESPONSE_BYTES
 from .types import MAX_CHAIN, Chain, ExactIds, StoredResponse, pack_ids, unpack_ids
 
 #: What a response row holds, in bytes (SQL over the row's columns).
-ROW_BYTES = (
-    "length(CAST(response AS BLOB)) + length(CAST(input_items AS BLOB)) + "
-    "COALESCE(length(CAST(messages AS BLOB)), 0) + "
-    "COALESCE(length(CAST(conversation AS BLOB)), 0) + COALESCE(length(ids), 0)"
-)
+ROW_BYTES = RESPONSE_BYTES.format(row="")
 
 #: The row ``id`` and the rows that continue it, found along the ``previous_id`` index.
 DESCENDANTS = (
