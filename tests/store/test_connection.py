@@ -92,7 +92,20 @@ def test_the_transaction_helper_commits_or_rolls_back(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), database.transaction() as db:
         db.execute("INSERT INTO conversations VALUES ('c2', 'o', 't', 0, '{}')")
         raise RuntimeError("half-way")
-    with database.reading() as db:
+    with database.reading() as db:  # another connection: only what was committed
         assert db.execute("SELECT id FROM conversations").fetchall() == [("c1",)]
+    with database.locked() as db:
         assert not db.in_transaction
+
+
+def test_reads_do_not_wait_for_a_write(tmp_path: Path) -> None:
+    """Reads have a connection of their own: a long write (an eviction, a checkpoint) holds
+    up other writes only, and readers see what was committed before it."""
+    database = Database(tmp_path / "r.sqlite3")
+    with database.transaction() as db:
+        db.execute("INSERT INTO conversations VALUES ('c1', 'o', 't', 0, '{}')")
+        with database.reading() as reader:  # the write lock is held here
+            assert reader.execute("SELECT id FROM conversations").fetchall() == []
+    with database.reading() as reader:
+        assert reader.execute("SELECT id FROM conversations").fetchall() == [("c1",)]
     database.close()

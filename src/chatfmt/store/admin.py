@@ -66,7 +66,7 @@ def delete_owner(database: Database, owner: str) -> tuple[int, int]:
     with database.transaction() as db:
         gone = db.execute("DELETE FROM responses WHERE owner = ?", (owner,)).rowcount
         webs = db.execute("DELETE FROM conversations WHERE owner = ?", (owner,)).rowcount
-    with database.reading():
+    with database.locked():
         for _ in range(3):
             if database.checkpoint():
                 break

@@ -2,8 +2,10 @@
 versioned in ``PRAGMA user_version`` and migrated on open; and the one transaction helper
 every write goes through.
 
-One connection serves the store, under one lock (SQLite serialises writers anyway, and the
-calls are short: eviction is indexed). Deleted rows are overwritten on disk
+Two connections serve the store, each under a lock of its own: one writes (SQLite serialises
+writers anyway), one reads, each read a snapshot of its own, so that reads never wait for a
+write (an eviction, a checkpoint) and see only committed data (WAL mode). An in-memory
+database has one connection for both. Deleted rows are overwritten on disk
 (``secure_delete``), so a key's data deleted is gone, not left in free pages.
 """
 
@@ -137,6 +139,13 @@ class Database:
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.execute("PRAGMA secure_delete=ON")
             self._migrate()
+            self.reader, self.read_lock = self.db, self.lock
+            if self.path != ":memory:":  # another in-memory connection is another database
+                self.reader = sqlite3.connect(
+                    self.path, timeout=BUSY_S, check_same_thread=False, isolation_level=None
+                )
+                self.reader.execute("PRAGMA query_only = ON")
+                self.read_lock = threading.Lock()
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(self.path, str(exc)) from None
 
@@ -173,8 +182,18 @@ class Database:
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
-        """The connection under the store's lock, for reads (each statement its own
-        snapshot) and single-statement writes."""
+        """The reading connection in a read transaction: one snapshot for the whole block,
+        taken without waiting for a write."""
+        with self.read_lock:
+            self.reader.execute("BEGIN")
+            try:
+                yield self.reader
+            finally:
+                self.reader.execute("COMMIT")
+
+    @contextmanager
+    def locked(self) -> Iterator[sqlite3.Connection]:
+        """The writing connection outside a transaction (for pragmas and checkpoints)."""
         with self.lock:
             yield self.db
 
@@ -205,6 +224,8 @@ class Database:
         return sum(_size(self.path + suffix) for suffix in ("", "-wal", "-shm"))
 
     def close(self) -> None:
+        with self.read_lock:
+            self.reader.close()
         with self.lock:
             self.db.close()
 

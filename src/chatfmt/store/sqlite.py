@@ -40,7 +40,7 @@ class ResponseStore:
         if self._limits.wal_limit is not None:
             # A checkpoint that could not empty the log (a reader was in it) still cuts it
             # back to this size the next time the log starts over.
-            with self._database.reading() as db:
+            with self._database.locked() as db:
                 db.execute(f"PRAGMA journal_size_limit = {self._limits.wal_limit}")
 
     @property
@@ -96,7 +96,7 @@ class ResponseStore:
         return None if found is None else found.messages
 
     def delete(self, owner: str, response_id: str) -> bool:
-        with self._database.reading() as db:
+        with self._database.transaction() as db:
             return responses.delete(db, owner, response_id)
 
     # ==== The web chat's conversations ====
@@ -120,7 +120,7 @@ class ResponseStore:
             return conversations.load(db, owner, cid)
 
     def delete_conversation(self, owner: str, cid: str) -> bool:
-        with self._database.reading() as db:
+        with self._database.transaction() as db:
             return conversations.delete(db, owner, cid)
 
     # ==== Administration ====
