@@ -48,8 +48,9 @@ def add_store_parser(sub: Any) -> None:
     prune.add_argument("--max-age-days", type=float, metavar="DAYS",
                        help="delete rows older than this")  # fmt: skip
     prune.add_argument("--max-mb", type=float, metavar="MB",
-                       help="then free space past this much data, from the key that stores "
-                       "the most (as serve --store-max-mb)")  # fmt: skip
+                       help="then free space so that the store, its write-ahead log "
+                       "included, stays within this much, from the keys that store the most "
+                       "(as serve --store-max-mb)")  # fmt: skip
 
 
 def cmd_store(args: argparse.Namespace) -> int:
