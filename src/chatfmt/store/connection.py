@@ -115,8 +115,9 @@ BUSY_S = 5.0
 
 
 class Database:
-    """The store's connection to ``path`` (``":memory:"`` for tests), migrated to
-    :data:`SCHEMA_VERSION`; :class:`~chatfmt.errors.StoreUnavailable` when it cannot be."""
+    """The store's connections to ``path`` (``":memory:"`` for tests: one), writing
+    (:attr:`db`, :meth:`transaction`) and reading (:attr:`reader`, :meth:`reading`), migrated
+    to :data:`SCHEMA_VERSION`; :class:`~chatfmt.errors.StoreUnavailable` when it cannot be."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
