@@ -58,3 +58,29 @@ async def test_the_stores_errors_come_through(tmp_path: Path) -> None:
             await facade.put("o", body, [], [{"role": "user", "content": "y" * 10_000}])
             previous = f"r{i}"
     facade.close()
+
+
+async def test_reads_never_queue_behind_writes(tmp_path: Path) -> None:
+    """Writes wait for the backend's write lock on a pool of their own: however many wait,
+    a read gets a thread (and the SQLite backend reads on a connection of its own)."""
+    store = ResponseStore(tmp_path / "r.sqlite3")
+    await AsyncStore(store).put("o", response("r1"), [], [])
+    released = threading.Event()
+    save = store.save_conversation
+
+    def slow_save(*args: object) -> None:
+        released.wait(timeout=10)
+        save(*args)  # type: ignore[arg-type]
+
+    store.save_conversation = slow_save  # type: ignore[method-assign]
+    facade = AsyncStore(store)
+    saves = [
+        asyncio.ensure_future(facade.save_conversation("o", f"c{i}", "t", {})) for i in range(8)
+    ]
+    await asyncio.sleep(0.05)
+    found = await asyncio.wait_for(facade.get("o", "r1"), timeout=2)
+    assert found is not None and not any(s.done() for s in saves)
+    released.set()
+    await asyncio.gather(*saves)
+    assert len(await facade.conversations("o")) == 8
+    facade.close()

@@ -3,7 +3,9 @@
 Why not ``asyncio.to_thread``: that is the event loop's default pool, which rendering and body
 parsing use too. Store calls waiting for the store's lock (behind a long write) would fill it,
 and requests that never touch the store (a plain chat completion) would wait behind them.
-On its own pool, a slow store makes only store calls wait.
+On its own pools, a slow store makes only store calls wait; and writes (which queue for the
+backend's write lock) have a pool apart from reads, so that reads (which the SQLite backend
+serves on a connection of their own) never queue behind them.
 """
 
 from __future__ import annotations
@@ -20,27 +22,30 @@ from .types import Chain, ExactIds, StoredResponse
 
 _T = TypeVar("_T")
 
-#: Threads of one store's pool: its calls are short, and a backend that serialises writers
+#: Threads for reads and for writes: calls are short, and a backend that serialises writers
 #: (SQLite) would only have more of them wait.
-WORKERS = 4
+READERS, WRITERS = 4, 2
 
 
 class AsyncStore:
-    """``backend``'s calls as coroutines, run on a thread pool of the facade's own.
+    """``backend``'s calls as coroutines, run on thread pools of the facade's own (one for
+    reads, one for writes).
 
     The backend's methods are looked up at each call, so the object behind the facade is the
-    one that answers (a test may replace one). The pool's threads end when the facade is
+    one that answers (a test may replace one). The pools' threads end when the facade is
     closed or collected.
     """
 
-    def __init__(self, backend: Storage, *, workers: int = WORKERS) -> None:
+    def __init__(self, backend: Storage) -> None:
         self.backend = backend
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chatfmt-store")
-        self._finalizer = weakref.finalize(self, self._pool.shutdown, wait=False)
+        self._reads = ThreadPoolExecutor(READERS, thread_name_prefix="chatfmt-store-read")
+        self._writes = ThreadPoolExecutor(WRITERS, thread_name_prefix="chatfmt-store-write")
+        self._finalizer = weakref.finalize(self, _shutdown, self._reads, self._writes)
 
-    async def _run(self, call: Callable[..., _T], *args: Any) -> _T:
+    async def _run(self, call: Callable[..., _T], *args: Any, write: bool = False) -> _T:
+        pool = self._writes if write else self._reads
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(call, *args))
+        return await loop.run_in_executor(pool, functools.partial(call, *args))
 
     # ==== Responses ====
 
@@ -52,7 +57,9 @@ class AsyncStore:
         messages: Sequence[dict[str, Any]],
         exact: ExactIds | None = None,
     ) -> None:
-        await self._run(self.backend.put, owner, response, input_items, messages, exact)
+        await self._run(
+            self.backend.put, owner, response, input_items, messages, exact, write=True
+        )
 
     async def get(self, owner: str, response_id: str) -> StoredResponse | None:
         return await self._run(self.backend.get, owner, response_id)
@@ -61,14 +68,14 @@ class AsyncStore:
         return await self._run(self.backend.chain, owner, response_id)
 
     async def delete(self, owner: str, response_id: str) -> bool:
-        return await self._run(self.backend.delete, owner, response_id)
+        return await self._run(self.backend.delete, owner, response_id, write=True)
 
     # ==== The web chat's conversations ====
 
     async def save_conversation(
         self, owner: str, cid: str, title: str, state: dict[str, Any]
     ) -> None:
-        await self._run(self.backend.save_conversation, owner, cid, title, state)
+        await self._run(self.backend.save_conversation, owner, cid, title, state, write=True)
 
     async def conversations(self, owner: str, limit: int = 100) -> list[dict[str, Any]]:
         return await self._run(self.backend.conversations, owner, limit)
@@ -77,8 +84,13 @@ class AsyncStore:
         return await self._run(self.backend.load_conversation, owner, cid)
 
     async def delete_conversation(self, owner: str, cid: str) -> bool:
-        return await self._run(self.backend.delete_conversation, owner, cid)
+        return await self._run(self.backend.delete_conversation, owner, cid, write=True)
 
     def close(self) -> None:
-        """Stop the pool's threads (the backend stays open: its owner closes it)."""
+        """Stop the pools' threads (the backend stays open: its owner closes it)."""
         self._finalizer()
+
+
+def _shutdown(*pools: ThreadPoolExecutor) -> None:
+    for pool in pools:
+        pool.shutdown(wait=False)
