@@ -58,7 +58,14 @@ SLOW_MODULES = frozenset(
     }
 )
 #: Single tests that start one themselves (better: ``@pytest.mark.slow`` on the test).
-SLOW_TESTS = frozenset({"web/test_files.py::test_an_upload_past_the_disk_cap_is_refused"})
+SLOW_TESTS = frozenset(
+    {
+        "web/test_files.py::test_an_upload_past_the_disk_cap_is_refused",  # a real kernel
+        "engines/test_default_model.py::test_real_default_model_assembles",  # the real model
+        # Gemma 3's vocabulary read by llama.cpp (the fixture is looked up by name).
+        "test_decoding.py::test_whole_text_chunks_and_ids_agree[gemma3-gemma]",
+    }
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
