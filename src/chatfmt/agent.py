@@ -12,11 +12,12 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from .context import Budget
 from .decoding import TurnDecoder
 from .dialects.base import ConversationLike, Dialect
+from .driver import TurnDriver
 from .engines.base import Engine, SamplingParams
 from .events import Event, ParseResult, TextDelta
 from .grammar import Grammar, SchemaError
@@ -176,27 +177,17 @@ class Agent:
                 stop_strings=self.params.stop_strings,
                 grammar=(self.params.grammar or self._words()) if answer_now else grammar,
             )
-            turn = TurnDecoder(self.dialect, tok, stop_strings=self.params.stop_strings)
-            finish: Literal["stop", "length"] = "stop"
-            stream = self.engine.stream(prompt.ids, params)
-            try:
-                async for chunk in stream:
-                    if chunk.finish_reason is not None:
-                        finish = chunk.finish_reason
-                    for ev in turn.feed_chunk(chunk):
-                        yield ModelEvent(ev)
-                    if turn.done:
-                        break
-            finally:
-                await stream.aclose()
-            for ev in turn.finish(finish):
-                yield ModelEvent(ev)
-            result = turn.result()
+            decoder = TurnDecoder(self.dialect, tok, stop_strings=self.params.stop_strings)
+            driver = TurnDriver(self.engine, decoder, prompt.ids, params)
+            async for events in driver.steps():
+                for ev in events:
+                    yield ModelEvent(ev)
+            result = driver.result()
             conv = Conversation(messages=conv.messages + tuple(result.messages), tools=conv.tools)
             new.extend(result.messages)
             yield TurnFinished(result)
             calls = result.tool_calls
-            if finish == "length":
+            if driver.cut:
                 yield AgentResult(conv, step, "length", new)
                 return
             if not calls:

@@ -40,6 +40,10 @@ class ApiError(Exception):
         )
 
 
+class ClientGone(Exception):
+    """The client disconnected before the answer was ready (answered 499, for the logs)."""
+
+
 def validation_error(errors: Sequence[Mapping[str, Any]]) -> ApiError:
     """A 400 naming the first problem pydantic found (its field is the ``param``)."""
     loc, msg = first_problem(errors)

@@ -17,7 +17,7 @@ import pydantic
 from fastapi import FastAPI, Request, Response
 
 from ..errors import ChatFmtError
-from .errors import ApiError, validation_error
+from .errors import ApiError, ClientGone, validation_error
 from .limits import DEFAULT_LIMITS, ServerLimits, count_problem
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -62,6 +62,12 @@ async def _answer_api_error(_request: Request, exc: Exception) -> Response:
 def install_error_handler(app: FastAPI) -> None:
     """Answer :class:`ApiError` raised by ``app``'s routes (idempotent)."""
     app.add_exception_handler(ApiError, _answer_api_error)
+    app.add_exception_handler(ClientGone, _client_gone)
+
+
+async def _client_gone(_request: Request, _exc: Exception) -> Response:
+    # Nobody reads this answer; 499 (nginx's "client closed request") counts it in /metrics.
+    return Response(status_code=499)
 
 
 #: One API key, several (each its own tenant of stored data), or none.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from ..events import Event, Finish, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 
@@ -70,5 +71,5 @@ class CallPolicy:
             return [TextDelta(text)]
         if isinstance(ev, ToolCallDelta):
             return [ToolCallDelta(target, ev.arguments)]
-        self._ended = True
-        return [ToolCallEnd(target)]
+        self._ended = self._ended or ev.complete
+        return [replace(ev, index=target)]  # keeps what the parser said of the call's end

@@ -15,19 +15,17 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
-from ..errors import EngineError
-from ..events import Finish
+from ..driver import TurnDriver
 from ..store import AsyncStore, BrokenChain, Chain, ExactIds, StoreFull, owner_of
 from .continuation import Continuation
-from .errors import ApiError, engine_api_error, validation_error
+from .errors import ApiError, validation_error
 from .http import ApiKeys, json_bytes, json_response, read_json_body, require_bearer
 from .openapi import error_responses
 from .responses_input import (
@@ -38,8 +36,8 @@ from .responses_input import (
     to_messages,
 )
 from .responses_output import OutputBuilder, item_id
-from .service import ChatService, Prepared, Turn, engine_tail
-from .sse import ClientGone, sse_response, until_disconnect
+from .service import ChatService, Prepared
+from .sse import sse_event, sse_response, stream_errors, until_disconnect
 
 log = logging.getLogger("chatfmt.server")
 
@@ -227,15 +225,28 @@ def _reply(response: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class Generated:
-    """What one generation gave: token counts, the output items, and the reply's ids."""
+    """What one generation gave: its driver (counts, the parsed turn, the reply's ids) and
+    the output items built from its events."""
 
-    n_completion: int
-    length: bool
+    driver: TurnDriver
     builder: OutputBuilder
-    cached: int | None
-    turn: Turn
-    #: The ids the engine produced, up to the stop token (``None``: the engine gave text).
-    ids: list[int] | None
+
+    @property
+    def length(self) -> bool:
+        return self.driver.cut
+
+    @property
+    def n_completion(self) -> int:
+        return self.driver.completion_tokens
+
+    @property
+    def cached(self) -> int | None:
+        return self.driver.cached_tokens
+
+    @property
+    def ids(self) -> list[int] | None:
+        """The ids the engine produced, up to the stop token (``None``: it gave text)."""
+        return self.driver.produced
 
 
 def _exact(
@@ -246,13 +257,13 @@ def _exact(
     string, or the engine just stopped: a call may be unfinished in the ids while the client
     got it completed), the engine gave text rather than ids, or the reply the client saw
     differs from the one the ids parse to (a call demoted to text by the call policy)."""
-    ids, turn = generated.ids, generated.turn
+    ids, decoder = generated.ids, generated.driver.decoder
     if ids is None or prep.view is None or generated.length:
         return None
-    if turn.decoder.stopped_by != "control":
+    if decoder.stopped_by != "control":
         return None
     ids = ids[: next((i for i, t in enumerate(ids) if t in stop_ids), len(ids))]
-    parsed = turn.decoder.result()
+    parsed = decoder.result()
     try:
         calls = [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls]
         shown = [
@@ -281,40 +292,20 @@ def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
 
 
 async def _generate(
-    svc: ResponsesService, req: ResponsesRequest, prep: Prepared, on_events: Any
+    svc: ResponsesService,
+    req: ResponsesRequest,
+    prep: Prepared,
+    on_events: Callable[[list[dict[str, Any]]], Awaitable[None]],
 ) -> Generated:
     """Run the generation, handing each step's stream events to ``on_events``."""
-    turn = svc.chat.turn(prep)
+    driver, _policy = svc.chat.driver(prep)
     builder = OutputBuilder(
         encrypted_reasoning="reasoning.encrypted_content" in (req.include or ())
     )
-    await on_events(builder.feed(turn.prefill(prep.prefill)))
-    n_completion, length, cached = 0, False, None
-    produced: list[int] | None = []
-    stream = svc.chat.engine.stream(prep.prompt_ids, prep.params)
-    try:
-        async for chunk in stream:
-            n_completion += len(chunk.token_ids)
-            if produced is not None and chunk.exact_ids:
-                produced.extend(chunk.token_ids)
-            elif produced is not None:
-                produced = None
-            if chunk.cached_tokens is not None:
-                cached = chunk.cached_tokens
-            events = turn.chunk(chunk)
-            length = length or any(isinstance(e, Finish) and e.reason == "length" for e in events)
-            await on_events(builder.feed(events))
-            if turn.done:
-                cached = await engine_tail(turn, stream, cached)
-                break
-        if not turn.done:
-            events = turn.finish()
-            await on_events(builder.feed(events))
-    finally:
-        with anyio.CancelScope(shield=True):
-            await stream.aclose()
-    await on_events(builder.finish(cut=length))
-    return Generated(n_completion, length, builder, cached, turn, produced)
+    async for events in driver.steps():
+        await on_events(builder.feed(events))
+    await on_events(builder.finish(cut=driver.cut))
+    return Generated(driver, builder)
 
 
 def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRouter:
@@ -336,12 +327,7 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
         async def ignore(_events: list[dict[str, Any]]) -> None:
             return None
 
-        try:
-            done = await until_disconnect(request, _generate(svc, req, prep, ignore))
-        except EngineError as exc:
-            raise engine_api_error(exc) from None
-        except ClientGone:
-            return Response(status_code=499)
+        done = await until_disconnect(request, _generate(svc, req, prep, ignore))
         body = svc.finished(rid, created, req, prep, done)
         await svc.keep(owner, body, items, new, prep, done)
         return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
@@ -425,7 +411,7 @@ async def _stream(
         nonlocal sequence
         event = {**event, "sequence_number": sequence}
         sequence += 1
-        return f"event: {event['type']}\ndata: ".encode() + json_bytes(event) + b"\n\n"
+        return sse_event(json_bytes(event), event=event["type"])
 
     async def push(events: list[dict[str, Any]]) -> None:
         await queue.put(events)
@@ -435,34 +421,35 @@ async def _stream(
     yield frame({"type": "response.in_progress", "response": started})
     task = asyncio.ensure_future(_generate(svc, req, prep, push))
     task.add_done_callback(lambda _t: queue.put_nowait(None))
-    try:
+
+    async def body() -> AsyncIterator[bytes]:
         while (events := await queue.get()) is not None:
             for event in events:
                 yield frame(event)
         done = task.result()
-    except EngineError as exc:
-        error = engine_api_error(exc)
-        failed = svc.response(rid, created, req, "failed", [], None)
-        failed["error"] = {"code": "server_error", "message": error.message}
-        yield frame({"type": "error", "code": error.code, "message": error.message, "param": None})
-        yield frame({"type": "response.failed", "response": failed})
-        return
-    except Exception:
-        log.exception("responses stream failed")
-        yield frame(
-            {
-                "type": "error",
-                "code": "server_error",
-                "message": "internal error while streaming",
-                "param": None,
-            }
-        )
-        return
-    finally:
+        final = svc.finished(rid, created, req, prep, done)
+        await svc.keep(owner, final, items, new, prep, done)
+        yield frame({"type": f"response.{final['status']}", "response": final})
+
+    def failed(error: ApiError) -> list[bytes]:
+        response = svc.response(rid, created, req, "failed", [], None)
+        response["error"] = {"code": "server_error", "message": error.message}
+        return [
+            frame(
+                {
+                    "type": "error",
+                    "code": error.code or "server_error",
+                    "message": error.message,
+                    "param": None,
+                }
+            ),
+            frame({"type": "response.failed", "response": response}),
+        ]
+
+    async def stop() -> None:
         if not task.done():
             task.cancel()
-            with anyio.CancelScope(shield=True):
-                await asyncio.gather(task, return_exceptions=True)
-    body = svc.finished(rid, created, req, prep, done)
-    await svc.keep(owner, body, items, new, prep, done)
-    yield frame({"type": f"response.{body['status']}", "response": body})
+        await asyncio.gather(task, return_exceptions=True)
+
+    async for data in stream_errors(body(), "response", on_error=failed, close=stop):
+        yield data

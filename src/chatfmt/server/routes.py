@@ -7,8 +7,7 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from ..errors import EngineError
-from .errors import ApiError, engine_api_error
+from .errors import ApiError
 from .http import ApiKeys, json_response, read_json_body, require_bearer
 from .openapi import error_responses, event_stream_ok, json_body
 from .schemas import (
@@ -21,7 +20,7 @@ from .schemas import (
     TokenizeResponse,
 )
 from .service import ChatService
-from .sse import ClientGone, sse_response, until_disconnect
+from .sse import sse_response, until_disconnect
 
 _CHAT_OK = event_stream_ok(
     "A chat.completion; with stream: true, server-sent events instead: one "
@@ -50,15 +49,11 @@ def build_router(service: ChatService, *, api_key: ApiKeys) -> APIRouter:
         require_bearer(request, api_key)
         req = await read_json_body(request, ChatCompletionRequest, service.limits)
         prep = await service.prepare_async(req)
-        try:
-            if prep.stream:
-                stream, first = await until_disconnect(request, service.open_stream(prep))
-                return sse_response(service.sse(prep, stream, first))
-            return json_response(await until_disconnect(request, service.complete(prep)))
-        except EngineError as exc:
-            raise engine_api_error(exc) from None
-        except ClientGone:
-            return Response(status_code=499)
+        if prep.stream:
+            driver, _policy = service.driver(prep)
+            await until_disconnect(request, driver.open())
+            return sse_response(service.sse(prep, driver))
+        return json_response(await until_disconnect(request, service.complete(prep)))
 
     @router.post(
         "/tokenize",

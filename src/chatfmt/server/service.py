@@ -1,8 +1,8 @@
 """The chat-completions logic behind the HTTP routes, free of web-framework types.
 
 A request goes: OpenAI body → messages and tools → ``dialect.render`` (exact prompt ids, in a
-worker thread) → context check → ``engine.stream`` → ids → tokenizer pieces → stop strings →
-``dialect.stream_parser()`` events → OpenAI deltas.
+worker thread for a long one) → context check → :class:`~chatfmt.driver.TurnDriver` (the engine,
+decoded by the dialect's parser) → the call policy → OpenAI deltas.
 """
 
 from __future__ import annotations
@@ -12,22 +12,20 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-
-import anyio
 
 from ..decoding import TurnDecoder
 from ..dialects.base import Dialect
-from ..engines.base import Engine, GenerationChunk, SamplingParams
-from ..errors import ChatFmtError, EngineError, ValidationError
-from ..events import Event, Finish, FinishReason
+from ..driver import TurnDriver
+from ..engines.base import Engine, SamplingParams
+from ..errors import ChatFmtError, ValidationError
 from ..grammar import Grammar, SchemaError, json_grammar
 from ..messages import Conversation, Tool, from_openai
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
 from .continuation import Continuation, Splicer
-from .errors import ApiError, engine_api_error
+from .errors import ApiError
 from .http import json_bytes
 from .limits import DEFAULT_LIMITS, ServerLimits, count_problem
 from .metrics import ServerMetrics
@@ -42,7 +40,7 @@ from .schemas import (
     TokenizeResponse,
     Usage,
 )
-from .sse import DONE, sse_event
+from .sse import DONE, sse_event, stream_errors
 from .store import view_of
 from .wire import ROLE_CHOICE, assistant_message, chunk_choices
 
@@ -105,47 +103,6 @@ def _longest_token_bytes(tokenizer: Tokenizer) -> int:
     controls = set(tokenizer.controls.values())
     sizes = (len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size))
     return max((n for i, n in enumerate(sizes) if i not in controls), default=1) or 1
-
-
-class Turn:
-    """One response's decode: the core pipeline, then the request's call policy."""
-
-    def __init__(self, dialect: Dialect, tokenizer: Tokenizer, prep: Prepared) -> None:
-        self.decoder = TurnDecoder(dialect, tokenizer, stop_strings=prep.stop_strings)
-        self.policy = prep.policy()
-
-    @property
-    def done(self) -> bool:
-        return self.decoder.done
-
-    def prefill(self, pieces: Iterable[Piece]) -> list[Event]:
-        return self.policy.filter(self.decoder.prefill(pieces))
-
-    def chunk(self, chunk: GenerationChunk) -> list[Event]:
-        return self.policy.filter(self.decoder.feed_chunk(chunk))
-
-    def finish(self) -> list[Event]:
-        return self.policy.filter(self.decoder.finish("stop"))
-
-
-async def engine_tail(
-    turn: Turn, stream: AsyncGenerator[GenerationChunk, None], cached: int | None
-) -> int | None:
-    """After the reply ended at a stop token, read the engine's closing chunk for what it
-    reports (llama.cpp: the prompt tokens it took from its cache). The engine stops at that
-    token too; should it go on generating, reading stops at once."""
-    if turn.decoder.stopped_by != "control":
-        return cached
-    for _ in range(4):
-        try:
-            chunk = await stream.__anext__()
-        except StopAsyncIteration:
-            break
-        if chunk.cached_tokens is not None:
-            cached = chunk.cached_tokens
-        if chunk.token_ids or chunk.finish_reason is not None:
-            break
-    return cached
 
 
 @dataclass
@@ -512,69 +469,39 @@ class ChatService:
 
     # ==== Generation ====
 
-    def turn(self, prep: Prepared) -> Turn:
-        """A fresh decode of one reply to ``prep`` (the Responses API drives its own)."""
-        return Turn(self.dialect, self.tokenizer, prep)
+    def driver(self, prep: Prepared) -> tuple[TurnDriver, CallPolicy]:
+        """The generation of one reply to ``prep``, and the request's call policy, which
+        filters its events (chat completions and the Responses API both drive it)."""
+        policy = prep.policy()
+        decoder = TurnDecoder(self.dialect, self.tokenizer, stop_strings=prep.stop_strings)
+        driver = TurnDriver(
+            self.engine,
+            decoder,
+            prep.prompt_ids,
+            prep.params,
+            prefill=prep.prefill,
+            events=policy.filter,
+        )
+        return driver, policy
 
     def new_id(self) -> str:
         return "chatcmpl-" + secrets.token_hex(12)
 
     async def complete(self, prep: Prepared) -> ChatCompletion:
         """A whole ``chat.completion`` response."""
-        turn = self.turn(prep)
-        turn.prefill(prep.prefill)
-        n_completion = 0
-        cached: int | None = None
-        finish: FinishReason = "stop"
-        stream = self.engine.stream(prep.prompt_ids, prep.params)
-        try:
-            async for chunk in stream:
-                n_completion += len(chunk.token_ids)
-                if chunk.cached_tokens is not None:
-                    cached = chunk.cached_tokens
-                for ev in turn.chunk(chunk):
-                    if isinstance(ev, Finish):
-                        finish = ev.reason
-                if turn.done:
-                    cached = await engine_tail(turn, stream, cached)
-                    break
-            if not turn.done:
-                for ev in turn.finish():
-                    if isinstance(ev, Finish):
-                        finish = ev.reason
-        finally:
-            await stream.aclose()
-        message = assistant_message(turn.decoder.result(), turn.policy)
+        driver, policy = self.driver(prep)
+        message = assistant_message(await driver.run(), policy)
         return ChatCompletion(
             id=self.new_id(),
             created=int(time.time()),
             model=self.model_name,
-            choices=[Choice(message=message, finish_reason=finish)],
-            usage=Usage.of(len(prep.prompt_ids), n_completion, cached),
+            choices=[Choice(message=message, finish_reason=driver.finish_reason)],
+            usage=Usage.of(driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens),
         )
 
-    async def open_stream(
-        self, prep: Prepared
-    ) -> tuple[AsyncGenerator[GenerationChunk, None], GenerationChunk | None]:
-        """Start generating and wait for the first chunk, so that an engine that is down
-        answers with an HTTP error instead of a broken stream."""
-        stream = self.engine.stream(prep.prompt_ids, prep.params)
-        try:
-            first = await stream.__anext__()
-        except StopAsyncIteration:
-            return stream, None
-        except BaseException:
-            await stream.aclose()
-            raise
-        return stream, first
-
-    async def sse(
-        self,
-        prep: Prepared,
-        stream: AsyncGenerator[GenerationChunk, None],
-        first: GenerationChunk | None,
-    ) -> AsyncIterator[bytes]:
-        """The ``text/event-stream`` body: chunks, the usage chunk if asked, ``[DONE]``."""
+    async def sse(self, prep: Prepared, driver: TurnDriver) -> AsyncIterator[bytes]:
+        """The ``text/event-stream`` body of an opened ``driver``: chunks, the usage chunk if
+        asked, ``[DONE]``; an error after the headers is reported in the stream."""
         cid, created, model = self.new_id(), int(time.time()), self.model_name
         # Chunks carry "usage": null only when the request asked for the usage chunk.
         exclude = None if prep.include_usage else {"usage"}
@@ -592,49 +519,20 @@ class ChatService:
         head, tail = empty[:cut], empty[cut:]
         to_json = ChunkChoice.__pydantic_serializer__.to_json
 
-        def chunk(choices: list[ChunkChoice], usage: Usage | None = None) -> bytes:
-            if usage is not None:
-                return frame(choices, usage)
+        def chunk(choices: list[ChunkChoice]) -> bytes:
             return head + b",".join([to_json(c) for c in choices]) + tail
 
-        turn = self.turn(prep)
-        n_completion = 0
-        cached: int | None = None
-        try:
+        async def body() -> AsyncIterator[bytes]:
             yield chunk([ROLE_CHOICE])
-            for choice in chunk_choices(turn.prefill(prep.prefill)):
-                yield chunk([choice])
-            pending = first
-            while not turn.done:
-                if pending is None:
-                    try:
-                        pending = await stream.__anext__()
-                    except StopAsyncIteration:
-                        for choice in chunk_choices(turn.finish()):
-                            yield chunk([choice])
-                        break
-                n_completion += len(pending.token_ids)
-                if pending.cached_tokens is not None:
-                    cached = pending.cached_tokens
-                for choice in chunk_choices(turn.chunk(pending)):
+            async for events in driver.steps():
+                for choice in chunk_choices(events):
                     yield chunk([choice])
-                pending = None
-                if turn.done and prep.include_usage:
-                    cached = await engine_tail(turn, stream, cached)
-        except EngineError as exc:
-            # Headers are sent: report in-band, as OpenAI does, and end without [DONE].
-            yield sse_event(json_bytes(engine_api_error(exc).body()))
-            return
-        except Exception:  # a bug of ours, not the client's: log it, end the stream cleanly
-            log.exception("chat completion stream failed")
-            error = ApiError(500, "internal error while streaming the reply", type="server_error")
-            yield sse_event(json_bytes(error.body()))
-            return
-        finally:
-            # A client that disconnects cancels this generator through an anyio cancel scope,
-            # which would cancel the close too; shield it so the engine always stops.
-            with anyio.CancelScope(shield=True):
-                await stream.aclose()
-        if prep.include_usage:
-            yield chunk([], Usage.of(len(prep.prompt_ids), n_completion, cached))
-        yield DONE
+            if prep.include_usage:
+                usage = Usage.of(
+                    driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens
+                )
+                yield frame([], usage)
+            yield DONE
+
+        async for data in stream_errors(body(), "chat completion", close=driver.aclose):
+            yield data

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TypeVar
 
 import anyio
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+
+from ..errors import EngineError
+from .errors import ApiError, ClientGone, engine_api_error
 
 T = TypeVar("T")
 
@@ -25,19 +28,55 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
 
 
-class ClientGone(Exception):
-    """The client disconnected before the answer was ready."""
-
-
-def sse_event(data: bytes | str) -> bytes:
-    """One ``data:`` event carrying ``data`` (JSON, which has no raw newlines)."""
+def sse_event(data: bytes | str, *, event: str | None = None) -> bytes:
+    """One event carrying ``data`` (JSON, which has no raw newlines), named ``event`` when
+    given (the Responses API names each event by its type)."""
     if isinstance(data, str):
         data = data.encode()
-    return b"data: " + data + b"\n\n"
+    head = b"data: " if event is None else b"event: " + event.encode() + b"\ndata: "
+    return head + data + b"\n\n"
 
 
 def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def error_frame(error: ApiError) -> list[bytes]:
+    """A chat-completions stream's in-band error: OpenAI's error body as one event."""
+    body = error.body()
+    return [sse_event(body.__pydantic_serializer__.to_json(body))]
+
+
+async def stream_errors(
+    body: AsyncIterator[bytes],
+    what: str,
+    *,
+    on_error: Callable[[ApiError], Iterable[bytes]] = error_frame,
+    close: Callable[[], Awaitable[None]] | None = None,
+) -> AsyncIterator[bytes]:
+    """``body``, with a failure after the headers went out reported in the stream.
+
+    The headers are sent, so an error can no longer be a status code: an engine failure
+    becomes its 502/503 error, anything else (a bug of ours, not the client's) is logged and
+    becomes a 500 error, each framed by ``on_error``; the stream then ends without its normal
+    close (no ``[DONE]``), as OpenAI's do. ``close`` runs at the end whatever happens
+    (shielded: a client that went away cancels this generator, and the close must still run).
+    """
+    try:
+        async for data in body:
+            yield data
+    except EngineError as exc:
+        for frame in on_error(engine_api_error(exc)):
+            yield frame
+    except Exception:
+        logger.exception("%s stream failed", what)
+        error = ApiError(500, f"internal error while streaming the {what}", type="server_error")
+        for frame in on_error(error):
+            yield frame
+    finally:
+        if close is not None:
+            with anyio.CancelScope(shield=True):
+                await close()
 
 
 async def wait_disconnect(request: Request) -> None:
@@ -49,7 +88,15 @@ async def wait_disconnect(request: Request) -> None:
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``, cancelling it (and raising :class:`ClientGone`) if the client leaves."""
+    """Await ``work``, cancelling it (and raising :class:`ClientGone`, answered 499) if the
+    client leaves; an engine failure is raised as its 502/503 :class:`ApiError`."""
+    try:
+        return await _until_disconnect(request, work)
+    except EngineError as exc:
+        raise engine_api_error(exc) from None
+
+
+async def _until_disconnect(request: Request, work: Awaitable[T]) -> T:
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(wait_disconnect(request))
     try:
