@@ -10,6 +10,7 @@ Every error says what is wrong and what to do about it. The tree::
     ├── ParseError                     model output is not what a strict reader expects
     │   └── PyCallError                text is not a literal-only ``tool_call(...)`` (``reason``)
     ├── SchemaError (ValueError)       a JSON schema a grammar cannot enforce (strict) or read
+    │   └── SchemaTooDeep              nested past the converter's depth limit
     ├── ToolError                      a tool could not be registered or called
     ├── InterpreterError               the code interpreter could not run code
     ├── EngineError                    the model runtime or remote engine failed
@@ -147,4 +148,10 @@ class SchemaError(ChatFmtError, ValueError):
 
     def of(self, subject: str) -> SchemaError:
         """The same error, saying whose schema it is."""
-        return SchemaError(self.reason, path=self.path, subject=subject)
+        return type(self)(self.reason, path=self.path, subject=subject)
+
+
+class SchemaTooDeep(SchemaError):
+    """A JSON schema nested deeper than any grammar is built for: refused wherever it comes
+    from (a request that sends one gets a 400 naming the limit, never an unconstrained reply
+    or a recursion crash)."""

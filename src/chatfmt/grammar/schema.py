@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..errors import SchemaError
+from ..errors import SchemaError, SchemaTooDeep
 from ..pycall import is_argument_name
 from .gbnf import WS_RULE, Rules, literal, repeat
 
@@ -55,6 +55,11 @@ _FORMATS = {
 _MAX_INT_RANGE = 256
 #: The largest string length and item count a grammar spells out.
 _MAX_LENGTH, _MAX_ITEMS = 1000, 100
+#: How deep schemas may nest (subschemas within subschemas, ``$ref`` hops included). Real
+#: tool and output schemas stay within a dozen levels; the limit keeps a hostile one from
+#: exhausting Python's recursion (several frames per level) and from building a grammar
+#: llama.cpp would have to recurse through as deeply.
+MAX_SCHEMA_DEPTH = 64
 
 
 class SchemaConverter:
@@ -79,11 +84,25 @@ class SchemaConverter:
         #: ``(path, keyword)`` of constraints left out of the grammar (non-strict only).
         self.ignored: list[tuple[str, str]] = []
         self.ws = rules.shared("ws", WS_RULE)
+        self._depth = 0
 
     # ==== Entry point ====
 
     def value(self, schema: Any, hint: str = "value", path: str = "") -> str:
         """A GBNF expression for the values ``schema`` allows."""
+        if self._depth >= MAX_SCHEMA_DEPTH:
+            raise SchemaTooDeep(
+                f"the schema nests more than {MAX_SCHEMA_DEPTH} levels deep; flatten it "
+                f"(at most {MAX_SCHEMA_DEPTH} levels of subschemas)",
+                path=path[:200] + ("…" if len(path) > 200 else ""),
+            )
+        self._depth += 1
+        try:
+            return self._value(schema, hint, path)
+        finally:
+            self._depth -= 1
+
+    def _value(self, schema: Any, hint: str, path: str) -> str:
         if schema is True or schema == {}:
             return self._any()
         if schema is False:

@@ -7,6 +7,7 @@ import logging
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ..dialects.base import Dialect
 from ..engines.base import Engine
@@ -17,11 +18,29 @@ from .limits import DEFAULT_LIMITS, BodyLimitMiddleware, ServerLimits
 from .metrics import CountRequests, MeteredEngine, ServerMetrics
 from .openapi import publish_models
 from .responses import ResponsesService, build_responses_router
+from .responses_input import ResponsesRequest
 from .routes import build_router
 from .schemas import ChatCompletionChunk, ChatCompletionRequest
 from .service import ChatService
 
 log = logging.getLogger("chatfmt.server")
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves at the request's path (each route asked
+    whether it would take the request with that method: routers may nest)."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL
+            for route in routes
+        )
+    ]
 
 
 def create_app(
@@ -86,16 +105,27 @@ def create_app(
         return error_response(validation_error(errors))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        # headers: a 405 says which methods the route allows (Allow).
-        error = ApiError(exc.status_code, str(exc.detail), type=kind, headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route with this path only; a path
+            # served by several routes (GET and DELETE of one response) allows them all.
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        error = ApiError(exc.status_code, str(exc.detail), type=kind, headers=headers)
         return error_response(error)
 
     @app.exception_handler(Exception)
     async def _internal_error(_request: Request, exc: Exception) -> Response:
         log.exception("unhandled error while serving a request")
-        error = ApiError(500, f"internal server error: {type(exc).__name__}", type="server_error")
+        error = ApiError(
+            500,
+            f"internal server error: {type(exc).__name__}",
+            type="server_error",
+            # The server drops the connection after an unhandled error: say so, so that a
+            # client does not send its next request on it.
+            headers={"Connection": "close"},
+        )
         return error_response(error)
 
     app.include_router(build_router(service, api_key=api_key))
@@ -103,5 +133,11 @@ def create_app(
     # The store's calls run on its own threads (AsyncStore), never in the pool rendering uses.
     kept = None if store is None else AsyncStore(store)
     app.include_router(build_responses_router(ResponsesService(service, kept), api_key=api_key))
-    publish_models(app, ChatCompletionRequest, ChatCompletionChunk, drop_validation_errors=True)
+    publish_models(
+        app,
+        ChatCompletionRequest,
+        ChatCompletionChunk,
+        ResponsesRequest,
+        drop_validation_errors=True,
+    )
     return app

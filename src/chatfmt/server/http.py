@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import pydantic
 from fastapi import FastAPI, Request, Response
+from starlette.requests import ClientDisconnect
 
 from ..errors import ChatFmtError
 from .errors import ApiError, ClientGone, validation_error
@@ -63,6 +65,8 @@ def install_error_handler(app: FastAPI) -> None:
     """Answer :class:`ApiError` raised by ``app``'s routes (idempotent)."""
     app.add_exception_handler(ApiError, _answer_api_error)
     app.add_exception_handler(ClientGone, _client_gone)
+    # A client that goes away while sending its body: the same as any other disconnect.
+    app.add_exception_handler(ClientDisconnect, _client_gone)
 
 
 async def _client_gone(_request: Request, _exc: Exception) -> Response:
@@ -184,10 +188,52 @@ def parse_json_body(body: bytes, model: type[M], limits: ServerLimits = DEFAULT_
         # it to the event loop, and freeing a quarter-million messages takes tens of ms.
         del data
         raise problem
+    # Only a "\\ud800"-"\\udfff" escape can bring a lone surrogate in (raw UTF-8 cannot encode
+    # one): bodies without such an escape skip the walk.
+    if _SURROGATE_ESCAPE.search(text):
+        where = lone_surrogate_at(data)
+        if where is not None:
+            del data
+            raise ApiError(
+                400,
+                f"{where} contains a lone surrogate (a \\ud800-\\udfff escape that is not half "
+                "of a pair), which is not Unicode text; send valid text",
+                param=where if where != "the body" else None,
+            )
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
         raise validation_error(exc.errors()) from None
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate_at(value: Any) -> str | None:
+    """Where in parsed JSON ``value`` a string (or key) holds a lone surrogate (``"the body"``
+    for the top level), or ``None``. Iterative: the body may nest deeply."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if not _encodes(node):
+                return path or "the body"
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                if not _encodes(k):
+                    return path or "the body"
+                stack.append((v, f"{path}.{k}" if path else k))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def request_limits(request: Request) -> ServerLimits:

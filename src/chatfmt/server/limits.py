@@ -124,7 +124,39 @@ def count_problem(data: Mapping[str, Any], limits: ServerLimits) -> ApiError | N
                 param=field,
                 code=f"too_many_{field}",
             )
+    for field in _SCHEMA_FIELDS:
+        value = data.get(field)
+        if isinstance(value, dict | list) and _deeper_than(value, MAX_SCHEMA_NESTING):
+            return ApiError(
+                400,
+                f"'{field}' nests JSON objects and arrays more than {MAX_SCHEMA_NESTING} levels "
+                "deep; flatten its schemas (no real tool or output schema needs that many)",
+                param=field,
+                code="too_deeply_nested",
+            )
     return None
+
+
+#: Fields holding JSON schemas (tool parameters, ``response_format``, the Responses API's
+#: ``text.format``), which grammar converters and tool renderers walk recursively.
+_SCHEMA_FIELDS = ("tools", "response_format", "text")
+
+#: The deepest nesting of objects and arrays accepted in those fields: room for schemas of
+#: 64 levels (each a schema and its ``properties``), far from Python's recursion limit.
+MAX_SCHEMA_NESTING = 160
+
+
+def _deeper_than(value: dict[str, Any] | list[Any], limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` levels (iterative: a
+    hostile body must not exhaust the recursion this check is there to protect)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
 
 
 class BodyLimitMiddleware:

@@ -27,7 +27,7 @@ from ..store import AsyncStore, BrokenChain, Chain, ExactIds, StoreFull, owner_o
 from .continuation import Continuation
 from .errors import ApiError, validation_error
 from .http import ApiKeys, json_bytes, json_response, read_json_body, require_bearer
-from .openapi import error_responses
+from .openapi import error_responses, json_body
 from .responses_input import (
     ResponsesRequest,
     chat_request,
@@ -314,6 +314,7 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
     @router.post(
         "/v1/responses",
         response_model=None,
+        openapi_extra=json_body(ResponsesRequest),
         responses=error_responses(400, 401, 404, 415, 502, 503),
     )
     async def create(request: Request) -> Response:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from .errors import ApiError
+from .http import lone_surrogate_at
 from .responses_output import reasoning_of_blob
 from .schemas import ChatCompletionRequest
 
@@ -60,30 +61,10 @@ class ResponsesRequest(BaseModel):
     def _valid_text(self) -> ResponsesRequest:
         # Everything is echoed back or stored as UTF-8: a lone surrogate (from a "\ud800"
         # escape) is no text, and would fail only after the generation ran.
-        where = _surrogate_in(self.model_dump(exclude_none=True))
+        where = lone_surrogate_at(self.model_dump(exclude_none=True))
         if where is not None:
             raise ValueError(f"{where} contains a lone surrogate; send valid Unicode text")
         return self
-
-
-def _surrogate_in(value: Any, path: str = "") -> str | None:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "the body"
-        return None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found = _surrogate_in(k, path) or _surrogate_in(v, f"{path}.{k}" if path else str(k))
-            if found:
-                return found
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            found = _surrogate_in(v, f"{path}[{i}]")
-            if found:
-                return found
-    return None
 
 
 def _bad(message: str, param: str) -> ApiError:
@@ -283,6 +264,13 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
         )
     kind = fmt.get("type")
     if kind == "json_schema":
+        name = fmt.get("name")
+        if not isinstance(name, str) or not name:
+            # OpenAI requires it, and its SDK's Response model fails on a format without it.
+            raise _bad(
+                'text.format of type "json_schema" needs a "name" (a string naming the format)',
+                "text.format.name",
+            )
         schema = {k: fmt[k] for k in ("name", "description", "schema", "strict") if k in fmt}
         return {"type": "json_schema", "json_schema": schema}
     if kind in ("text", "json_object"):

@@ -19,7 +19,7 @@ from ..decoding import TurnDecoder
 from ..dialects.base import Dialect
 from ..driver import TurnDriver
 from ..engines.base import Engine, SamplingParams
-from ..errors import ChatFmtError, ValidationError
+from ..errors import ChatFmtError, SchemaTooDeep, ValidationError
 from ..grammar import Grammar, SchemaError, json_grammar
 from ..messages import Conversation, Tool, from_openai
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
@@ -361,7 +361,9 @@ class ChatService:
             try:
                 return self.dialect.call_grammar(tools, required=forced, single=single)
             except SchemaError as exc:
-                if strict:  # a promise the grammar cannot keep: refused, as OpenAI does
+                # A promise the grammar cannot keep is refused, as OpenAI does; so is a schema
+                # too deep for any grammar (it would not be a working tool either).
+                if strict or isinstance(exc, SchemaTooDeep):
                     names = [Tool(definition=d).name for d in req.tools or ()]
                     failing = next((n for n in names if exc.subject == f"function {n!r}"), "")
                     index = names.index(failing) if failing in names else 0

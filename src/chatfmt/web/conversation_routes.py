@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..server.errors import ApiError
 from ..server.http import json_response, read_json_body
-from ..server.openapi import error_responses, json_body
+from ..server.openapi import error_responses, json_body, publish_models
 from ..store import AsyncStore, Storage, StoreFull, owner_of
 from .schemas import CONVERSATION_ID
 
@@ -73,6 +73,8 @@ def mount_conversations(
     without a store, the list says so and the rest are 404s."""
 
     kept_by = None if store is None else AsyncStore(store)
+
+    publish_models(app, ConversationState)  # the schema PUT's body refers to
 
     def owner(request: Request) -> str:
         return owner_of(check(request))

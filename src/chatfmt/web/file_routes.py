@@ -77,6 +77,12 @@ def mount_files(
     @app.post(
         "/api/files/{cid}/{name}",
         response_model=None,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {_UPLOAD_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+            }
+        },
         responses={
             200: {"model": UploadResponse},
             **session_errors(400, 401, 403, 409, 413, 415, 429, 503, 507),
