@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from test_responses import WEATHER, client
 
@@ -181,8 +182,9 @@ async def test_a_reply_the_client_saw_otherwise_is_rendered(qwen: Tokenizer) -> 
 
 @pytest.mark.parametrize("cut", [12, 16, 18])
 async def test_a_reply_cut_by_max_output_tokens_is_rendered(qwen: Tokenizer, cut: int) -> None:
-    """The client got a cut call completed (``{"city": ""}``), while the ids end amid its
-    JSON: continuing on them would show the model a call nobody was told about."""
+    """A call cut off comes back incomplete, with only the arguments the model wrote; the
+    conversation does not keep it (it cannot be run, so nothing may answer it), and the ids
+    that end amid its JSON are not continued on: the rest is rendered."""
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     engine = FakeEngine(qwen, [call + "<|im_end|>", "ok<|im_end|>"], grammar_support="full")
     app = create_app(engine, get_dialect("qwen2.5"), model_name="m", store=memory_store())
@@ -190,14 +192,21 @@ async def test_a_reply_cut_by_max_output_tokens_is_rendered(qwen: Tokenizer, cut
     first = await c.responses.create(
         model="m", input="weather?", tools=[WEATHER], max_output_tokens=cut
     )
+    assert first.status == "incomplete"
     [made] = [i for i in first.output if i.type == "function_call"]
+    # What the model wrote, never more (at 18 tokens the object is whole, its tag is not).
+    assert made.status == "incomplete" and '{"city": "Paris"}'.startswith(made.arguments)
     result = {"type": "function_call_output", "call_id": made.call_id, "output": "sun"}
+    with pytest.raises(openai.BadRequestError, match="unknown call id"):
+        await c.responses.create(
+            model="m", previous_response_id=first.id, input=[result], tools=[WEATHER]
+        )
     await c.responses.create(
-        model="m", previous_response_id=first.id, input=[result], tools=[WEATHER]
+        model="m", previous_response_id=first.id, input="go on", tools=[WEATHER]
     )
     p1, p2 = engine.prompts
     sent = qwen.decode(p2[len(p1) :])
-    assert f'"arguments": {made.arguments}}}\n</tool_call><|im_end|>' in sent
+    assert "get_weather" not in sent and sent.endswith("go on<|im_end|>\n<|im_start|>assistant\n")
     assert counted(await metrics(app), "rendered") == 1
 
 

@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -71,6 +71,21 @@ def _stored_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass
+class Exchange:
+    """One ``POST /v1/responses`` being answered: the request, whose it is, its input items
+    (as ``input_items`` lists them) and the chat messages they add, the prepared generation,
+    and the response's id and creation time."""
+
+    req: ResponsesRequest
+    owner: str
+    items: list[dict[str, Any]]
+    new: list[dict[str, Any]]
+    prep: Prepared
+    rid: str = field(default_factory=lambda: item_id("resp"))
+    created: float = field(default_factory=time.time)
+
+
 class ResponsesService:
     """Responses for one chat service; ``store`` keeps them (``None``: nothing is kept)."""
 
@@ -78,11 +93,9 @@ class ResponsesService:
         self.chat = chat
         self.store = store
 
-    async def prepare(
-        self, req: ResponsesRequest, owner: str
-    ) -> tuple[Prepared, list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-        """The prepared generation, this request's input items, the conversation before the
-        reply (history and new messages) and the new messages alone."""
+    async def prepare(self, req: ResponsesRequest, owner: str) -> Exchange:
+        """The request checked, its conversation (the stored one it continues, then its own
+        input) rendered: the exchange ready to generate."""
         check_include(req)
         items = input_items(req)
         new = to_messages(items)
@@ -123,7 +136,7 @@ class ResponsesService:
         prep = await self.chat.prepare_async(chat, continuation=continuation, view=True)
         if chain is not None and self.chat.metrics is not None:
             self.chat.metrics.continued(prep.exact_base > 0)
-        return prep, items, history + new, new
+        return Exchange(req, owner, items, new, prep)
 
     def response(
         self,
@@ -162,25 +175,15 @@ class ResponsesService:
             "metadata": req.metadata or {},
         }
 
-    def finished(
-        self, rid: str, created: float, req: ResponsesRequest, prep: Prepared, done: Generated
-    ) -> dict[str, Any]:
+    def finished(self, ex: Exchange, done: Generated) -> dict[str, Any]:
         """The response body once the generation ``done``."""
         status = "incomplete" if done.length else "completed"
-        usage = _usage(len(prep.prompt_ids), done.n_completion, done.cached)
+        usage = _usage(len(ex.prep.prompt_ids), done.n_completion, done.cached)
         return self.response(
-            rid, created, req, status, done.builder.items, usage, incomplete=done.length
+            ex.rid, ex.created, ex.req, status, done.builder.items, usage, incomplete=done.length
         )
 
-    async def keep(
-        self,
-        owner: str,
-        response: dict[str, Any],
-        items: list[dict[str, Any]],
-        new: list[dict[str, Any]],
-        prep: Prepared,
-        generated: Generated,
-    ) -> None:
+    async def keep(self, ex: Exchange, response: dict[str, Any], generated: Generated) -> None:
         """Store the response with the messages it added (when asked and possible). The reply
         is written as the client saw it, from the output items (text the call policy demoted
         included), so a continued conversation renders what the client would send back; its
@@ -189,9 +192,11 @@ class ResponsesService:
         if self.store is None or not response["store"]:
             return
         reply = _reply(response)
-        exact = _exact(prep, generated, reply, self.chat.stop_ids)
+        exact = _exact(ex.prep, generated, reply, self.chat.stop_ids)
         try:
-            await self.store.put(owner, response, _stored_items(items), [*new, reply], exact)
+            await self.store.put(
+                ex.owner, response, _stored_items(ex.items), [*ex.new, reply], exact
+            )
         except (StoreFull, BrokenChain) as exc:
             # Not kept, and the body says so (store: false): the limit, or the conversation
             # it continues lost a response while it was generated (it could not be continued).
@@ -208,7 +213,9 @@ def _reply(response: dict[str, Any]) -> dict[str, Any]:
     for item in response["output"]:
         if item["type"] == "message":
             text += [part.get("text", "") for part in item["content"]]
-        elif item["type"] == "function_call":
+        elif item["type"] == "function_call" and item.get("status") != "incomplete":
+            # A call cut off is not runnable, so the conversation does not keep it: nothing
+            # can answer it, and its partial arguments are no call to show the model again.
             function = {"name": item["name"], "arguments": item["arguments"] or "{}"}
             calls.append({"id": item["call_id"], "type": "function", "function": function})
         elif item["type"] == "reasoning":
@@ -293,14 +300,13 @@ def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
 
 async def _generate(
     svc: ResponsesService,
-    req: ResponsesRequest,
-    prep: Prepared,
+    ex: Exchange,
     on_events: Callable[[list[dict[str, Any]]], Awaitable[None]],
 ) -> Generated:
     """Run the generation, handing each step's stream events to ``on_events``."""
-    driver, _policy = svc.chat.driver(prep)
+    driver, _policy = svc.chat.driver(ex.prep)
     builder = OutputBuilder(
-        encrypted_reasoning="reasoning.encrypted_content" in (req.include or ())
+        encrypted_reasoning="reasoning.encrypted_content" in (ex.req.include or ())
     )
     async for events in driver.steps():
         await on_events(builder.feed(events))
@@ -320,17 +326,16 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
     async def create(request: Request) -> Response:
         owner = owner_of(require_bearer(request, api_key))
         req = await read_json_body(request, ResponsesRequest, svc.chat.limits)
-        prep, items, _before, new = await svc.prepare(req, owner)
-        rid, created = item_id("resp"), time.time()
+        ex = await svc.prepare(req, owner)
         if req.stream:
-            return sse_response(_stream(svc, req, prep, owner, rid, created, items, new))
+            return sse_response(_stream(svc, ex))
 
         async def ignore(_events: list[dict[str, Any]]) -> None:
             return None
 
-        done = await until_disconnect(request, _generate(svc, req, prep, ignore))
-        body = svc.finished(rid, created, req, prep, done)
-        await svc.keep(owner, body, items, new, prep, done)
+        done = await until_disconnect(request, _generate(svc, ex, ignore))
+        body = svc.finished(ex, done)
+        await svc.keep(ex, body, done)
         return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
 
     async def stored(request: Request, rid: str) -> Any:
@@ -394,16 +399,7 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
     return router
 
 
-async def _stream(
-    svc: ResponsesService,
-    req: ResponsesRequest,
-    prep: Prepared,
-    owner: str,
-    rid: str,
-    created: float,
-    items: list[dict[str, Any]],
-    new: list[dict[str, Any]],
-) -> AsyncIterator[bytes]:
+async def _stream(svc: ResponsesService, ex: Exchange) -> AsyncIterator[bytes]:
     """The typed event stream, every event with its ``sequence_number``."""
     queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
     sequence = 0
@@ -417,10 +413,11 @@ async def _stream(
     async def push(events: list[dict[str, Any]]) -> None:
         await queue.put(events)
 
+    rid, created, req = ex.rid, ex.created, ex.req
     started = svc.response(rid, created, req, "in_progress", [], None)
     yield frame({"type": "response.created", "response": started})
     yield frame({"type": "response.in_progress", "response": started})
-    task = asyncio.ensure_future(_generate(svc, req, prep, push))
+    task = asyncio.ensure_future(_generate(svc, ex, push))
     task.add_done_callback(lambda _t: queue.put_nowait(None))
 
     async def body() -> AsyncIterator[bytes]:
@@ -428,8 +425,8 @@ async def _stream(
             for event in events:
                 yield frame(event)
         done = task.result()
-        final = svc.finished(rid, created, req, prep, done)
-        await svc.keep(owner, final, items, new, prep, done)
+        final = svc.finished(ex, done)
+        await svc.keep(ex, final, done)
         yield frame({"type": f"response.{final['status']}", "response": final})
 
     def failed(error: ApiError) -> list[bytes]:
