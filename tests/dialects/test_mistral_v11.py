@@ -116,11 +116,11 @@ def test_a_repeated_or_malformed_id_gets_a_fresh_one_so_results_can_answer_apart
     assert malformed.id != "short"
 
 
-def test_a_call_cut_by_the_next_call_is_closed_and_the_next_one_kept() -> None:
+def test_a_call_cut_by_the_next_call_is_incomplete_and_the_next_one_kept() -> None:
     result = DIALECT.parse('[TOOL_CALLS]f[ARGS]{"a": ["x", [TOOL_CALLS]g[ARGS]{"b": 2}</s>')
-    assert [(c.name, c.arguments_dict()) for c in result.tool_calls] == [
-        ("f", {"a": ["x"]}),
-        ("g", {"b": 2}),
+    assert [(c.name, c.arguments_dict()) for c in result.tool_calls] == [("g", {"b": 2})]
+    assert [(c.index, c.name, c.arguments) for c in result.incomplete_calls] == [
+        (0, "f", '{"a": ["x"')
     ]
     assert "tool call 0 is unterminated" in result.warnings[0]
 

@@ -172,24 +172,22 @@ def test_chunk_model_validates_what_it_writes() -> None:
 
 # ==== A call cut off: as OpenAI returns one, never completed ====
 
-CUT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "cels'
-
-
-def _cut_app(make_fake, qwen_dialect):  # type: ignore[no-untyped-def]
-    script = [CUT + 'ius"}}\n</tool_call><|im_end|>']
-    return create_app(make_fake(script), qwen_dialect, model_name="m")
+CUT = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "cels'
 
 
 def test_a_cut_call_keeps_its_partial_arguments_whole_and_streamed(make_fake, qwen_dialect) -> None:
-    app = _cut_app(make_fake, qwen_dialect)
-    n = len(app.state.service.tokenizer.encode_text(CUT))
-    body = {"messages": USER_HI, "tools": [WEATHER_TOOL], "max_tokens": n}
+    tok = make_fake().tokenizer
+    c = tok.control_id
+    head = [c("<tool_call>"), *tok.encode_text("\n" + CUT)]  # max_tokens cuts the reply here
+    reply = [*head, *tok.encode_text('ius"}}\n'), c("</tool_call>"), c("<|im_end|>")]
+    app = create_app(make_fake([reply]), qwen_dialect, model_name="m")
+    body = {"messages": USER_HI, "tools": [WEATHER_TOOL], "max_tokens": len(head)}
     whole = chat(app, body).json()["choices"][0]
     assert whole["finish_reason"] == "length"
     (call,) = whole["message"]["tool_calls"]
     partial = call["function"]["arguments"]
     assert call["function"]["name"] == "get_weather"
-    assert '{"city": "Paris", "unit": "cels'.startswith(partial) and partial.startswith('{"city"')
+    assert partial == '{"city": "Paris", "unit": "cels'  # exactly what the model wrote
     streamed = chat(app, {**body, "stream": True}).text
     chunks = [line[6:] for line in streamed.splitlines() if line.startswith("data: {")]
     parts = [

@@ -37,7 +37,7 @@ def test_meta_tokenizer_model_is_a_rank_file(meta_tokenizer_model: Path) -> None
     # The reference's ids of a short text (Meta's own encoder gives these).
     from llama_models.llama3.tokenizer import Tokenizer as MetaTokenizer
 
-    meta = MetaTokenizer(str(meta_tokenizer_model))
+    meta = MetaTokenizer(meta_tokenizer_model)
     text = "Hello, world! 12345 naïve 🙂"
     assert tok.encode_text(text) == meta.encode(text, bos=False, eos=False)
 
