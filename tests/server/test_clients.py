@@ -40,7 +40,7 @@ def url(default_model_path: Path, llama_server_binary: Path) -> Iterator[str]:
 
     threads = int(os.environ.get("CHATFMT_TEST_THREADS", "1"))
     engine = LlamaServerEngine(default_model_path, parallel=2, n_threads=threads)
-    from chatfmt.server.store import ResponseStore
+    from chatfmt.store import ResponseStore
 
     app = create_app(
         engine, get_dialect("qwen2.5"), model_name="default", store=ResponseStore(":memory:")

@@ -18,7 +18,7 @@ from test_responses import WEATHER, client
 from chatfmt.dialects import get_dialect
 from chatfmt.engines.fake import FakeEngine
 from chatfmt.server import create_app
-from chatfmt.server.store import ResponseStore
+from chatfmt.store import ResponseStore
 from chatfmt.tokenizers import Tokenizer
 
 pytestmark = pytest.mark.anyio

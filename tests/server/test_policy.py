@@ -99,4 +99,5 @@ def test_a_kept_call_cut_by_a_stop_string_does_not_make_the_turn_end_in_calls() 
     events = policy.filter(turn.feed_text(text) + turn.finish())
     assert events[-1] == Finish("stop")
     assert [c.name for c in turn.result().tool_calls] == ["f"]  # complete, yet not allowed
-    assert not any(isinstance(e, ToolCallEnd) for e in events)
+    # The kept call was cut: it ends, but not as a complete (runnable) call.
+    assert not any(isinstance(e, ToolCallEnd) and e.complete for e in events)

@@ -18,7 +18,7 @@ openai = pytest.importorskip("openai", reason="the openai SDK (a dev dependency)
 from chatfmt.dialects import get_dialect  # noqa: E402
 from chatfmt.engines.fake import FakeEngine  # noqa: E402
 from chatfmt.server import create_app  # noqa: E402
-from chatfmt.server.store import ResponseStore  # noqa: E402
+from chatfmt.store import ResponseStore  # noqa: E402
 from chatfmt.tokenizers import Tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.anyio

@@ -20,7 +20,7 @@ def serve(base: str, store_path: Path) -> ServerThread:
     from chatfmt.dialects import get_dialect
     from chatfmt.engines.remote import RemoteEngine
     from chatfmt.server import create_app
-    from chatfmt.server.store import ResponseStore
+    from chatfmt.store import ResponseStore
     from chatfmt.tokenizers import load_tokenizer
 
     engine = RemoteEngine(base, tokenizer=load_tokenizer("qwen2.5"))

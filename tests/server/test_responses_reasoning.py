@@ -13,7 +13,7 @@ from test_responses import client
 from chatfmt.dialects import get_dialect
 from chatfmt.engines.fake import FakeEngine
 from chatfmt.server import create_app
-from chatfmt.server.store import ResponseStore
+from chatfmt.store import ResponseStore
 from chatfmt.tokenizers import load_tokenizer
 
 openai = pytest.importorskip("openai", reason="the openai SDK (a dev dependency) is missing")

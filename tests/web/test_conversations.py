@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the server extra (chatfmt[server]) is not installed")
 
-from chatfmt.server.store import ResponseStore
+from chatfmt.store import ResponseStore
 from chatfmt.tokenizers.base import Tokenizer
 
 from .helpers import build_app

@@ -102,7 +102,7 @@ def server(tok: Tokenizer) -> Iterator[tuple[str, FakeEngine]]:
         from chatfmt.interpreter.sandbox import detect
 
         sandbox = detect("auto").describe()  # what `chatfmt serve` shows
-    from chatfmt.server.store import ResponseStore
+    from chatfmt.store import ResponseStore
 
     app, engine = build_app(
         tok,

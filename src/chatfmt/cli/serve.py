@@ -189,7 +189,7 @@ def run_server(
     require("fastapi", extra="server")
     from ..server import create_app
     from ..server.limits import DEFAULT_LIMITS, uvicorn_options
-    from ..server.store import ResponseStore
+    from ..store import ResponseStore
 
     limits = limits or DEFAULT_LIMITS
     kept = (

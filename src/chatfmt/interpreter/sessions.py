@@ -1,6 +1,6 @@
 """Interpreter sessions: one code interpreter per conversation of an owner, for servers.
 
-A session belongs to an owner (a server's API key, as :func:`chatfmt.server.store.owner_of`
+A session belongs to an owner (a server's API key, as :func:`chatfmt.store.owner_of`
 names it; ``""`` when the server has no key) and a conversation id: another owner's request for
 the same id reaches another session, or none. A conversation's kernel keeps its variables
 between requests; it is closed after it has been idle for ``idle_timeout`` seconds, to make room

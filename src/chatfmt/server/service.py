@@ -23,6 +23,7 @@ from ..errors import ChatFmtError, SchemaTooDeep, ValidationError
 from ..grammar import Grammar, SchemaError, json_grammar
 from ..messages import Conversation, Tool, from_openai
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
+from ..store import view_of
 from ..tokenizers.base import Piece, Tokenizer
 from .continuation import Continuation, Splicer
 from .errors import ApiError
@@ -41,7 +42,6 @@ from .schemas import (
     Usage,
 )
 from .sse import DONE, sse_event, stream_errors
-from .store import view_of
 from .wire import ROLE_CHOICE, assistant_message, chunk_choices
 
 #: Requests with less message text than this are rendered on the event loop: a thread hop

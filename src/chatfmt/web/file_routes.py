@@ -22,7 +22,7 @@ from ..server.errors import ApiError
 from ..server.http import json_response
 from ..server.openapi import error_responses
 from ..server.schemas import ErrorResponse
-from ..server.store import owner_of
+from ..store import owner_of
 from .files import FileError, check_name, list_files, open_download, save_upload
 from .schemas import CONVERSATION_ID, FileEntry, FileList, UploadResponse
 

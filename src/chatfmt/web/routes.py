@@ -42,7 +42,7 @@ from ..server.http import (
 )
 from ..server.openapi import error_responses, event_stream_ok, json_body, publish_models
 from ..server.sse import event_stream, sse_event, sse_response
-from ..server.store import ResponseStore, owner_of
+from ..store import ResponseStore, owner_of
 from .conversation_routes import mount_conversations
 from .file_routes import mount_files, session_error, session_errors
 from .modes import INTERPRETER_TOOL, Modes
