@@ -39,7 +39,7 @@ from test_limits import (
     small_chats_beside,
 )
 
-from chatfmt.server.limits import MIB
+from chatfmt.server.http.limits import MIB
 
 
 def huge_body(port: int) -> BigPost:

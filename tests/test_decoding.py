@@ -372,8 +372,7 @@ def test_a_cut_interpreter_segment_is_not_runnable() -> None:
     assert result.content == "Let me compute." and result.tool_calls == []
     assert result.finish_reason == "stop"
     assert [c.name for c in result.incomplete_calls] == ["interpreter"]
-    assert result.warnings == [
-        "tool call 0 is unterminated (its code fence is open); it is incomplete and not runnable"
-    ]
+    # The stop string cut the output: the call reads as cut off, the turn finishes "stop".
+    assert result.warnings == ["tool call 0 was cut off; it is incomplete and not runnable"]
     assert ToolCallEnd(0, complete=False) in events
     assert events[-1] == Finish("stop")

@@ -140,3 +140,20 @@ def test_cancelled_consumer_still_stops_the_engine(qwen) -> None:  # type: ignor
     asyncio.run(go())
     assert engine.cancelled == 1
     assert 0 < driver.completion_tokens < 50
+
+
+def test_a_consumer_that_stops_reading_the_agent_stops_the_engine(qwen) -> None:  # type: ignore[no-untyped-def]
+    from chatfmt.agent import Agent
+
+    engine = FakeEngine(qwen, ["word " * 50 + "<|im_end|>"], delay=0.01)
+    agent = Agent(engine, QWEN)
+
+    async def go() -> None:
+        stream = agent.stream([{"role": "user", "content": "hi"}])
+        async for _ in stream:
+            break
+        await stream.aclose()
+        # Closed at once, not when the garbage collector finalizes the driver's generator.
+        assert engine.cancelled == 1
+
+    asyncio.run(go())

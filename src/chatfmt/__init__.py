@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .context import Budget, FitResult
 from .decoding import TurnDecoder
-from .dialects import get_dialect, list_dialects
+from .dialects import get_dialect, list_dialects, register_dialect
 from .dialects.base import Dialect, StreamParser
 from .errors import (
     ChatFmtError,
@@ -26,6 +26,7 @@ from .errors import (
 from .events import (
     Event,
     Finish,
+    IncompleteCall,
     ParseResult,
     ReasoningDelta,
     SegmentEnd,
@@ -49,6 +50,7 @@ __all__ = [
     "Event",
     "Finish",
     "FitResult",
+    "IncompleteCall",
     "Message",
     "ParseError",
     "ParseResult",
@@ -72,4 +74,5 @@ __all__ = [
     "list_dialects",
     "list_tokenizers",
     "load_tokenizer",
+    "register_dialect",
 ]

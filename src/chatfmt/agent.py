@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -179,9 +180,12 @@ class Agent:
             )
             decoder = TurnDecoder(self.dialect, tok, stop_strings=self.params.stop_strings)
             driver = TurnDriver(self.engine, decoder, prompt.ids, params)
-            async for events in driver.steps():
-                for ev in events:
-                    yield ModelEvent(ev)
+            # aclosing: a consumer that stops reading this loop stops the engine now, not
+            # when the garbage collector gets to the driver's generator.
+            async with aclosing(driver.steps()) as steps:
+                async for events in steps:
+                    for ev in events:
+                        yield ModelEvent(ev)
             result = driver.result()
             conv = Conversation(messages=conv.messages + tuple(result.messages), tools=conv.tools)
             new.extend(result.messages)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from .events import Event, ParseResult
+from .events import Event, Finish, FinishReason, ParseResult
 from .segments import Control
 from .tokenizers.base import Piece, Tokenizer
 
@@ -192,6 +193,7 @@ class TurnDecoder:
         #: What ended the turn (``None`` while it runs): a stop ``control`` (id or text), a
         #: stop ``string``, ``length``, or the ``end`` of the output.
         self.stopped_by: StopKind | None = None
+        self._finish: FinishReason | None = None  # the turn's finish reason, once it ended
 
     @property
     def done(self) -> bool:
@@ -273,8 +275,11 @@ class TurnDecoder:
     # ==== Output ====
 
     def result(self) -> ParseResult:
-        """The parsed turn (call after :meth:`finish`)."""
-        return self.parser.result()
+        """The parsed turn (call after :meth:`finish`), its finish reason as the events said."""
+        parsed = self.parser.result()
+        if self._finish is not None and parsed.finish_reason != self._finish:
+            return replace(parsed, finish_reason=self._finish)
+        return parsed
 
     # ==== Internals ====
 
@@ -317,7 +322,24 @@ class TurnDecoder:
 
     def _end(self, kind: StopKind, reason: Literal["stop", "length"]) -> list[Event]:
         self.stopped_by = kind
-        return self.parser.finish(reason)
+        # Output that ended at a stop string (matched here, or by the engine: an output that
+        # just ends while stop strings are set) did not end where the model ended its turn. A
+        # call that closes only with the turn (Llama 3's <|python_tag|> code, a ChatGLM3
+        # interpreter segment) was cut there: the parser reads the end as a cut.
+        cut = kind == "string" or (kind == "end" and bool(self._stops))
+        events = self.parser.finish("length" if cut else reason)
+        final = next((e.reason for e in reversed(events) if isinstance(e, Finish)), None)
+        if final is None:
+            return events
+        # The finish reason clients act on: "tool_calls" only for a turn whose calls are all
+        # complete (a client runs every call of such a turn), "length" only for max_tokens.
+        parsed = self.parser.result()
+        if parsed.incomplete_calls and final == "tool_calls":
+            final = "stop"
+        elif cut and reason == "stop":
+            final = "tool_calls" if parsed.tool_calls and not parsed.incomplete_calls else "stop"
+        self._finish = final
+        return [Finish(final) if isinstance(e, Finish) else e for e in events]
 
 
 def decode_turn(

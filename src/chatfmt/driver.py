@@ -16,7 +16,7 @@ between them is what they make of the events; what is the same is written once h
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 
 import anyio
 
@@ -104,7 +104,7 @@ class TurnDriver:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def steps(self) -> AsyncIterator[list[Event]]:
+    async def steps(self) -> AsyncGenerator[list[Event], None]:
         """The turn's events, step by step; the engine's stream is closed at the end."""
         try:
             yield self._step(self.decoder.prefill(self._prefill))

@@ -5,6 +5,7 @@ Every error says what is wrong and what to do about it. The tree::
     ChatFmtError
     ├── ValidationError (ValueError)   a message, tool or conversation breaks a rule (index, rule)
     ├── UnknownDialectError (KeyError) no dialect has that name (the error lists the names)
+    │   └── DialectPluginError         a dialect plugin failed to load, or takes a name in use
     ├── TokenizerError                 unknown tokenizer, unreadable file, missing control token
     ├── ContextOverflowError           the prompt does not fit the context window (the numbers)
     ├── ParseError                     model output is not what a strict reader expects
@@ -52,6 +53,11 @@ class UnknownDialectError(ChatFmtError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])  # KeyError would quote the message
+
+
+class DialectPluginError(UnknownDialectError):
+    """A dialect plugin (an entry point in ``chatfmt.dialects``) could not be loaded, or
+    clashes with a name already registered."""
 
 
 class TokenizerError(ChatFmtError):

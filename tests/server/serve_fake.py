@@ -17,7 +17,7 @@ from server_helpers import loopback_config  # this file's folder is on sys.path
 from chatfmt.dialects import get_dialect
 from chatfmt.engines.fake import FakeEngine
 from chatfmt.server import create_app
-from chatfmt.server.limits import ServerLimits, uvicorn_options
+from chatfmt.server.http.limits import ServerLimits, uvicorn_options
 from chatfmt.tokenizers import load_tokenizer
 
 

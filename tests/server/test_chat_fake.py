@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from server_helpers import TIME_TOOL, USER_HI, WEATHER_TOOL, parse_sse
 
 from chatfmt.server import create_app
-from chatfmt.server.schemas import ChatCompletionChunk
+from chatfmt.server.chat.schemas import ChatCompletionChunk
 
 CALL = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
@@ -364,7 +364,7 @@ def test_engine_failure_mid_stream_reports_in_band(make_fake, qwen_dialect) -> N
 def test_an_internal_failure_mid_stream_ends_the_stream_cleanly(
     make_fake, qwen_dialect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chatfmt.server import service
+    from chatfmt.server.chat import service
 
     calls = {"n": 0}
     real = service.chunk_choices

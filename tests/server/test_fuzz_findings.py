@@ -22,7 +22,7 @@ from chatfmt.errors import SchemaTooDeep
 from chatfmt.grammar import json_grammar
 from chatfmt.grammar.schema import MAX_SCHEMA_DEPTH
 from chatfmt.server import create_app
-from chatfmt.server.limits import MAX_SCHEMA_NESTING
+from chatfmt.server.http.limits import MAX_SCHEMA_NESTING
 
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -252,3 +252,15 @@ def test_wire_weather_tool_still_works(make_fake: Any, qwen_dialect: Any) -> Non
     app = create_app(make_fake(), qwen_dialect, model_name="m")
     r = chat(app, {"messages": USER_HI, "tools": [WEATHER_TOOL]})
     assert r.status_code == 200 and json.loads(r.text)["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_streamed_response_with_the_engine_down_is_an_http_error(
+    make_fake: Any, qwen_dialect: Any
+) -> None:
+    app = create_app(make_fake(fail_after=0), qwen_dialect, model_name="m")
+    for path, body in (
+        ("/v1/responses", {"input": "hi", "stream": True}),
+        ("/v1/chat/completions", {"messages": USER_HI, "stream": True}),
+    ):
+        r = request(app, "POST", path, json=body)
+        assert r.status_code == 502 and r.json()["error"]["code"] == "engine_error", path

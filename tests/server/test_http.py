@@ -10,8 +10,8 @@ from test_chat_fake import request
 from test_errors import assert_openai_error
 
 from chatfmt.server import create_app
-from chatfmt.server.http import parse_json_body
-from chatfmt.server.schemas import ChatCompletionRequest
+from chatfmt.server.chat.schemas import ChatCompletionRequest
+from chatfmt.server.http.bodies import parse_json_body
 
 BODY = json.dumps({"messages": USER_HI}).encode()
 
@@ -109,7 +109,7 @@ def test_parse_json_body_rules() -> None:
         (b'{"messages": "hi"}', "messages: Input should be a valid list"),
         (b'{"messages": [], "temperature": 1e999}', "contains 1e999, which is too large"),
     ]
-    from chatfmt.server.errors import ApiError
+    from chatfmt.server.http.errors import ApiError
 
     for body, words in cases:
         with pytest.raises(ApiError) as info:

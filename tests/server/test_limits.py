@@ -25,7 +25,7 @@ from test_chat_fake import chat, request
 from test_errors import assert_openai_error
 
 from chatfmt.server import create_app
-from chatfmt.server.limits import DEFAULT_LIMITS, MIB, ServerLimits, uvicorn_options
+from chatfmt.server.http.limits import DEFAULT_LIMITS, MIB, ServerLimits, uvicorn_options
 
 
 def serve(app: Any, limits: ServerLimits = DEFAULT_LIMITS) -> ServerThread:

@@ -81,7 +81,7 @@ def test_counts_requests_tokens_and_latency(app: Any) -> None:
 
 
 def test_body_refused_by_the_limit_is_counted(qwen: Any) -> None:
-    from chatfmt.server.limits import ServerLimits
+    from chatfmt.server.http.limits import ServerLimits
 
     engine = FakeEngine(qwen, ["Hi<|im_end|>"])
     app = create_app(

@@ -9,7 +9,7 @@ from server_helpers import USER_HI
 from test_chat_fake import chat, request
 
 from chatfmt.server import create_app
-from chatfmt.server.schemas import ChatCompletionRequest
+from chatfmt.server.chat.schemas import ChatCompletionRequest
 
 JSON = "application/json"
 

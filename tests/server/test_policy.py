@@ -12,7 +12,7 @@ from chatfmt.events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from chatfmt.server.policy import CallPolicy
+from chatfmt.server.chat.policy import CallPolicy
 
 
 def call(index: int, name: str, arguments: str) -> list[Event]:

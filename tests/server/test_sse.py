@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi import Request
 
-from chatfmt.server.sse import ClientGone, event_stream, sse_event, until_disconnect
+from chatfmt.server.http.sse import ClientGone, event_stream, sse_event, until_disconnect
 
 
 def fake_request(gone: asyncio.Event) -> Request:

@@ -23,7 +23,7 @@ from fastapi import Request
 from chatfmt.dialects import get_dialect
 from chatfmt.engines.fake import FakeEngine
 from chatfmt.server import create_app
-from chatfmt.server.http import require_bearer
+from chatfmt.server.http.bodies import require_bearer
 from chatfmt.store import ResponseStore, StoredResponse, owner_of
 from chatfmt.tokenizers.base import Tokenizer
 from chatfmt.web.conversation_routes import mount_conversations

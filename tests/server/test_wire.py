@@ -20,10 +20,10 @@ from chatfmt.events import (
 )
 from chatfmt.messages import Message, ToolCall
 from chatfmt.server import create_app
-from chatfmt.server.policy import CallPolicy
-from chatfmt.server.responses_output import OutputBuilder
-from chatfmt.server.schemas import ChatCompletionChunk, ChunkChoice, Delta, Usage
-from chatfmt.server.wire import assistant_message, chunk_choices
+from chatfmt.server.chat.policy import CallPolicy
+from chatfmt.server.chat.schemas import ChatCompletionChunk, ChunkChoice, Delta, Usage
+from chatfmt.server.chat.wire import assistant_message, chunk_choices
+from chatfmt.server.responses.output import OutputBuilder
 
 HEAD = '"id":"ID","object":"chat.completion","created":0,"model":"m"'
 CHUNK = '"id":"ID","object":"chat.completion.chunk","created":0,"model":"m"'

@@ -35,7 +35,7 @@ from .options import (
 
 if TYPE_CHECKING:
     from ..engines.base import Engine
-    from ..server.limits import ServerLimits
+    from ..server.http.limits import ServerLimits
     from ..tokenizers.base import Tokenizer
 
 EngineKind = Literal["llama-server", "local", "remote"]
@@ -188,7 +188,7 @@ def run_server(
     uvicorn = require("uvicorn", extra="server")
     require("fastapi", extra="server")
     from ..server import create_app
-    from ..server.limits import DEFAULT_LIMITS, uvicorn_options
+    from ..server.http.limits import DEFAULT_LIMITS, uvicorn_options
     from ..store import ResponseStore
 
     limits = limits or DEFAULT_LIMITS
@@ -364,7 +364,7 @@ def add_serve_parser(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """``chatfmt serve``: check the flags before the model loads, then :func:`run_server` with
     the web chat (and a warm interpreter kernel) mounted unless ``--no-web``."""
-    from ..server.http import check_api_key
+    from ..server.http.bodies import check_api_key
 
     api_key = read_keys(args) or None
     check_api_key(api_key)  # before the model loads: a key no client could send
@@ -434,7 +434,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def server_limits(args: argparse.Namespace) -> ServerLimits:
     """The server limits the flags ask for (each flag is named in the limit's own errors)."""
-    from ..server.limits import ServerLimits
+    from ..server.http.limits import ServerLimits
 
     per_client = args.max_connections_per_client
     if per_client < 0:

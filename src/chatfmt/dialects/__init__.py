@@ -13,7 +13,7 @@ from collections.abc import Callable
 from importlib import metadata
 
 from ..decoding import ControlSplitter
-from ..errors import UnknownDialectError
+from ..errors import DialectPluginError, UnknownDialectError
 from .base import Dialect, StreamParser
 
 #: The entry-point group through which installed packages add dialects.
@@ -97,11 +97,6 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
 _BUILT_IN = frozenset(DIALECT_CONSTRUCTORS)
 _plugins_loaded = False
 _plugins_lock = threading.Lock()
-
-
-class DialectPluginError(UnknownDialectError):
-    """A dialect plugin (an entry point in ``chatfmt.dialects``) could not be loaded, or
-    clashes with a name already registered."""
 
 
 def register_dialect(name: str, constructor: Callable[[], Dialect]) -> None:

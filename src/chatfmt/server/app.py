@@ -12,16 +12,17 @@ from starlette.routing import Match
 from ..dialects.base import Dialect
 from ..engines.base import Engine
 from ..store import AsyncStore, Storage
-from .errors import ApiError, validation_error
-from .http import ApiKeys, check_api_key, error_response, install_error_handler
-from .limits import DEFAULT_LIMITS, BodyLimitMiddleware, ServerLimits
+from .chat.routes import build_router
+from .chat.schemas import ChatCompletionChunk, ChatCompletionRequest
+from .chat.service import ChatService
+from .http.bodies import ApiKeys, check_api_key, error_response, install_error_handler
+from .http.errors import ApiError, validation_error
+from .http.limits import DEFAULT_LIMITS, BodyLimitMiddleware, ServerLimits
+from .http.openapi import publish_models
 from .metrics import CountRequests, MeteredEngine, ServerMetrics
-from .openapi import publish_models
-from .responses import ResponsesService, build_responses_router
-from .responses_input import ResponsesRequest
-from .routes import build_router
-from .schemas import ChatCompletionChunk, ChatCompletionRequest
-from .service import ChatService
+from .responses.input import ResponsesRequest
+from .responses.routes import build_responses_router
+from .responses.service import ResponsesService
 
 log = logging.getLogger("chatfmt.server")
 

@@ -1,6 +1,6 @@
 """The storage protocol: what the API code asks of a store, whatever keeps the data.
 
-The Responses API (``server/responses.py``, ``server/continuation.py``), the web chat's
+The Responses API (``server/responses/``, ``server/chat/continuation.py``), the web chat's
 conversation routes and ``chatfmt store`` are written against these protocols, never against
 SQLite: a second backend (PostgreSQL, say) implements :class:`Storage` and is passed where
 :class:`~chatfmt.store.sqlite.ResponseStore` is today, with no change to the API code.

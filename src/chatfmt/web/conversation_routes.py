@@ -17,9 +17,9 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..server.errors import ApiError
-from ..server.http import json_response, read_json_body
-from ..server.openapi import error_responses, json_body, publish_models
+from ..server.http.bodies import json_response, read_json_body
+from ..server.http.errors import ApiError
+from ..server.http.openapi import error_responses, json_body, publish_models
 from ..store import AsyncStore, Storage, StoreFull, owner_of
 from .schemas import CONVERSATION_ID
 

@@ -18,10 +18,9 @@ from fastapi.responses import Response, StreamingResponse
 
 from ..errors import InterpreterError
 from ..interpreter.sessions import InterpreterSessions, SessionsBusy
-from ..server.errors import ApiError
-from ..server.http import json_response
-from ..server.openapi import error_responses
-from ..server.schemas import ErrorResponse
+from ..server.http.bodies import json_response
+from ..server.http.errors import ApiError, ErrorResponse
+from ..server.http.openapi import error_responses
 from ..store import owner_of
 from .files import FileError, check_name, list_files, open_download, save_upload
 from .schemas import CONVERSATION_ID, FileEntry, FileList, UploadResponse

@@ -30,8 +30,7 @@ from ..engines.base import Engine, SamplingParams
 from ..errors import ChatFmtError, InterpreterError
 from ..interpreter.sessions import InterpreterSessions
 from ..messages import Conversation, Message, Tool, from_openai
-from ..server.errors import ApiError
-from ..server.http import (
+from ..server.http.bodies import (
     ApiKeys,
     check_api_key,
     install_error_handler,
@@ -40,8 +39,9 @@ from ..server.http import (
     read_json_body,
     require_bearer,
 )
-from ..server.openapi import error_responses, event_stream_ok, json_body, publish_models
-from ..server.sse import event_stream, sse_event, sse_response
+from ..server.http.errors import ApiError
+from ..server.http.openapi import error_responses, event_stream_ok, json_body, publish_models
+from ..server.http.sse import event_stream, sse_event, sse_response
 from ..store import ResponseStore, owner_of
 from .conversation_routes import mount_conversations
 from .file_routes import mount_files, session_error, session_errors

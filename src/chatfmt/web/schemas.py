@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..server.schemas import ToolList
+from ..server.chat.schemas import ToolList
 from .modes import Mode
 
 #: A browser conversation's id, as the page makes it (``store.js``).

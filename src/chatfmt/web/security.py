@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from fastapi import Request, Response
 from fastapi.staticfiles import StaticFiles
 
-from ..server.errors import ApiError
+from ..server.http.errors import ApiError
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 

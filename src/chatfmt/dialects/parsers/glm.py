@@ -392,7 +392,10 @@ class SegmentParser(StreamParser):
         calls = self._calls
         calls.stream(_json_fragment(seg.code.finish()))
         if seg.code.fenced:
-            closed = seg.code.closed
+            # Cut output proves nothing about a fence that closed at its very end: the code
+            # may hold a fence line of its own (a markdown string). The segment is whole only
+            # when the turn went on past it or ended at a stop token.
+            closed = seg.code.closed and reason != "length"
             problem = "is unterminated (its code fence is open)"
             if reason == "length":
                 problem = cut_problem(reason)

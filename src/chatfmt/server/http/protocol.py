@@ -4,7 +4,7 @@ uvicorn times out idle keep-alive connections, but not a connection that is stil
 request headers: a client that opens connections and sends a byte now and then (slowloris)
 holds them for ever. Nor does it count connections per client. :func:`guarded_protocol` makes
 a subclass of its h11 protocol that does both; pass it as ``uvicorn.Config(http=...)``, or
-use :func:`chatfmt.server.limits.uvicorn_options`.
+use :func:`chatfmt.server.http.limits.uvicorn_options`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import binascii
 import secrets
 from typing import Any
 
-from ..events import Event, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ...events import Event, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 
 
 def item_id(prefix: str) -> str:

@@ -1,7 +1,7 @@
 """Errors in OpenAI's shape, ``{"error": {message, type, param, code}}``: the API and the web chat.
 
-Route and service code raises :class:`ApiError`; :func:`chatfmt.server.http.install_error_handler`
-answers it on an app. (No web-framework types here: the service raises these too.)
+Route and service code raises :class:`ApiError`; :func:`.bodies.install_error_handler` answers
+it on an app. (No web-framework types here: the service raises these too.)
 """
 
 from __future__ import annotations
@@ -9,8 +9,34 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import EngineError, EngineUnavailableError
-from .schemas import ErrorBody, ErrorResponse, first_problem
+from pydantic import BaseModel, ConfigDict
+
+from ...errors import EngineError, EngineUnavailableError
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every error, in OpenAI's shape (also sent in-band when a started stream fails)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: ErrorBody
+
+
+def first_problem(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """``(location, message)`` of the first pydantic error, as a request error names it."""
+    first = errors[0] if errors else {}
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return loc, msg
 
 
 class ApiError(Exception):

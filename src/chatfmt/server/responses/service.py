@@ -1,43 +1,35 @@
-"""The Responses API: ``POST /v1/responses`` (whole or streamed), ``GET`` / ``DELETE
-/v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``, over the chat service and the
-response store.
+"""The Responses API's service, over the chat service and the response store.
 
-A request is rendered as the chat request it amounts to (:mod:`.responses_input`), generated
-and parsed by the same pipeline as ``/v1/chat/completions``, and answered with output items and
-typed events (:mod:`.responses_output`). With ``store`` (the default, as OpenAI's), the response
-and the conversation after it are kept (:mod:`.store`), so ``previous_response_id`` continues it,
-after a restart too.
+A request is rendered as the chat request it amounts to (:mod:`.input`), generated and parsed
+by the same driver as ``/v1/chat/completions``, and answered with output items and typed
+events (:mod:`.output`). With ``store`` (the default, as OpenAI's), the response and the
+conversation after it are kept (:mod:`chatfmt.store`), so ``previous_response_id`` continues
+it, after a restart too. The routes are in :mod:`.routes`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
-from ..driver import TurnDriver
-from ..store import AsyncStore, BrokenChain, Chain, ExactIds, StoreFull, owner_of
-from .continuation import Continuation
-from .errors import ApiError, validation_error
-from .http import ApiKeys, json_bytes, json_response, read_json_body, require_bearer
-from .openapi import error_responses, json_body
-from .responses_input import (
+from ...driver import TurnDriver
+from ...store import AsyncStore, BrokenChain, Chain, ExactIds, StoreFull
+from ..chat.continuation import Continuation
+from ..chat.service import ChatService, Prepared
+from ..http.errors import ApiError, validation_error
+from .input import (
     ResponsesRequest,
     chat_request,
     check_include,
     input_items,
     to_messages,
 )
-from .responses_output import OutputBuilder, item_id
-from .service import ChatService, Prepared
-from .sse import sse_event, sse_response, stream_errors, until_disconnect
+from .output import OutputBuilder, item_id
 
 log = logging.getLogger("chatfmt.server")
 
@@ -296,158 +288,3 @@ def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": prompt + completion,
     }
-
-
-async def _generate(
-    svc: ResponsesService,
-    ex: Exchange,
-    on_events: Callable[[list[dict[str, Any]]], Awaitable[None]],
-) -> Generated:
-    """Run the generation, handing each step's stream events to ``on_events``."""
-    driver, _policy = svc.chat.driver(ex.prep)
-    builder = OutputBuilder(
-        encrypted_reasoning="reasoning.encrypted_content" in (ex.req.include or ())
-    )
-    async for events in driver.steps():
-        await on_events(builder.feed(events))
-    await on_events(builder.finish(cut=driver.cut))
-    return Generated(driver, builder)
-
-
-def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRouter:
-    router = APIRouter()
-
-    @router.post(
-        "/v1/responses",
-        response_model=None,
-        openapi_extra=json_body(ResponsesRequest),
-        responses=error_responses(400, 401, 404, 415, 502, 503),
-    )
-    async def create(request: Request) -> Response:
-        owner = owner_of(require_bearer(request, api_key))
-        req = await read_json_body(request, ResponsesRequest, svc.chat.limits)
-        ex = await svc.prepare(req, owner)
-        if req.stream:
-            return sse_response(_stream(svc, ex))
-
-        async def ignore(_events: list[dict[str, Any]]) -> None:
-            return None
-
-        done = await until_disconnect(request, _generate(svc, ex, ignore))
-        body = svc.finished(ex, done)
-        await svc.keep(ex, body, done)
-        return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
-
-    async def stored(request: Request, rid: str) -> Any:
-        owner = owner_of(require_bearer(request, api_key))
-        if svc.store is None:
-            raise ApiError(
-                404, "this server keeps no responses (--no-store)", type="not_found_error"
-            )
-        found = await svc.store.get(owner, rid)
-        if found is None:
-            raise ApiError(
-                404, f"response {rid!r} not found", type="not_found_error", param="response_id"
-            )
-        return found
-
-    @router.get("/v1/responses/{rid}", response_model=None, responses=error_responses(401, 404))
-    async def get(request: Request, rid: str) -> Response:
-        found = await stored(request, rid)
-        return Response(
-            json.dumps(found.response, ensure_ascii=False), media_type="application/json"
-        )
-
-    @router.delete("/v1/responses/{rid}", response_model=None, responses=error_responses(401, 404))
-    async def delete(request: Request, rid: str) -> Response:
-        owner = owner_of(require_bearer(request, api_key))
-        if svc.store is None or not await svc.store.delete(owner, rid):
-            await stored(request, rid)  # answers the 404 that says why
-        return json_response({"id": rid, "object": "response.deleted", "deleted": True})
-
-    @router.get(
-        "/v1/responses/{rid}/input_items", response_model=None, responses=error_responses(401, 404)
-    )
-    async def input_items_of(request: Request, rid: str) -> Response:
-        found = await stored(request, rid)
-        order = request.query_params.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise ApiError(400, 'order must be "asc" or "desc"', param="order")
-        try:
-            limit = int(request.query_params.get("limit", "20"))
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= 100:
-            raise ApiError(400, "limit must be an integer from 1 to 100", param="limit")
-        data = found.input_items if order == "asc" else list(reversed(found.input_items))
-        after = request.query_params.get("after")
-        if after is not None:
-            ids = [i["id"] for i in data]
-            if after not in ids:
-                raise ApiError(400, f"no input item {after!r} in this response", param="after")
-            data = data[ids.index(after) + 1 :]
-        shown = data[:limit]
-        page = {
-            "object": "list",
-            "data": shown,
-            "first_id": shown[0]["id"] if shown else None,
-            "last_id": shown[-1]["id"] if shown else None,
-            "has_more": len(data) > limit,
-        }
-        return Response(json.dumps(page, ensure_ascii=False), media_type="application/json")
-
-    return router
-
-
-async def _stream(svc: ResponsesService, ex: Exchange) -> AsyncIterator[bytes]:
-    """The typed event stream, every event with its ``sequence_number``."""
-    queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
-    sequence = 0
-
-    def frame(event: dict[str, Any]) -> bytes:
-        nonlocal sequence
-        event = {**event, "sequence_number": sequence}
-        sequence += 1
-        return sse_event(json_bytes(event), event=event["type"])
-
-    async def push(events: list[dict[str, Any]]) -> None:
-        await queue.put(events)
-
-    rid, created, req = ex.rid, ex.created, ex.req
-    started = svc.response(rid, created, req, "in_progress", [], None)
-    yield frame({"type": "response.created", "response": started})
-    yield frame({"type": "response.in_progress", "response": started})
-    task = asyncio.ensure_future(_generate(svc, ex, push))
-    task.add_done_callback(lambda _t: queue.put_nowait(None))
-
-    async def body() -> AsyncIterator[bytes]:
-        while (events := await queue.get()) is not None:
-            for event in events:
-                yield frame(event)
-        done = task.result()
-        final = svc.finished(ex, done)
-        await svc.keep(ex, final, done)
-        yield frame({"type": f"response.{final['status']}", "response": final})
-
-    def failed(error: ApiError) -> list[bytes]:
-        response = svc.response(rid, created, req, "failed", [], None)
-        response["error"] = {"code": "server_error", "message": error.message}
-        return [
-            frame(
-                {
-                    "type": "error",
-                    "code": error.code or "server_error",
-                    "message": error.message,
-                    "param": None,
-                }
-            ),
-            frame({"type": "response.failed", "response": response}),
-        ]
-
-    async def stop() -> None:
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    async for data in stream_errors(body(), "response", on_error=failed, close=stop):
-        yield data

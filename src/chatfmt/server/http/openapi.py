@@ -13,7 +13,7 @@ from typing import Any
 import pydantic
 from fastapi import FastAPI
 
-from .schemas import ErrorResponse
+from .errors import ErrorResponse
 
 REF = "#/components/schemas/{model}"
 

@@ -1,6 +1,6 @@
 """Request and response plumbing shared by the API (``server/``) and the web chat (``web/``):
 the bearer-token check, JSON bodies in (``application/json`` only, finite numbers only, within
-the :class:`~chatfmt.server.limits.ServerLimits` counts) and out, and errors answered in
+the :class:`~chatfmt.server.http.limits.ServerLimits` counts) and out, and errors answered in
 OpenAI's shape.
 """
 
@@ -18,7 +18,7 @@ import pydantic
 from fastapi import FastAPI, Request, Response
 from starlette.requests import ClientDisconnect
 
-from ..errors import ChatFmtError
+from ...errors import ChatFmtError
 from .errors import ApiError, ClientGone, validation_error
 from .limits import DEFAULT_LIMITS, ServerLimits, count_problem
 
@@ -247,7 +247,7 @@ async def read_json_body(request: Request, model: type[M], limits: ServerLimits 
 
     ``limits`` (by default the app's, :func:`request_limits`) bound the counts of
     ``messages`` and ``tools``; the body size is bounded while it is read, by the app's
-    :class:`~chatfmt.server.limits.BodyLimitMiddleware`. A large body is parsed in a worker
+    :class:`~chatfmt.server.http.limits.BodyLimitMiddleware`. A large body is parsed in a worker
     thread, so that other requests go on meanwhile.
     """
     require_json(request)

@@ -7,20 +7,19 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from .errors import ApiError
-from .http import ApiKeys, json_response, read_json_body, require_bearer
-from .openapi import error_responses, event_stream_ok, json_body
+from ..http.bodies import ApiKeys, json_response, read_json_body, require_bearer
+from ..http.errors import ApiError, ErrorResponse
+from ..http.openapi import error_responses, event_stream_ok, json_body
+from ..http.sse import sse_response, until_disconnect
 from .schemas import (
     ChatCompletion,
     ChatCompletionRequest,
-    ErrorResponse,
     HealthResponse,
     ModelCard,
     ModelList,
     TokenizeResponse,
 )
 from .service import ChatService
-from .sse import sse_response, until_disconnect
 
 _CHAT_OK = event_stream_ok(
     "A chat.completion; with stream: true, server-sent events instead: one "
@@ -28,7 +27,7 @@ _CHAT_OK = event_stream_ok(
     ChatCompletion,
 )
 
-#: Answered by the app's BodyLimitMiddleware (chatfmt.server.limits) before a route runs.
+#: Answered by the app's BodyLimitMiddleware (chatfmt.server.http.limits) before a route runs.
 _TOO_LARGE: dict[int | str, dict[str, object]] = {
     413: {"model": ErrorResponse, "description": "A body over the server's size limit"}
 }

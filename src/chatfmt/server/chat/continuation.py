@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..dialects.base import Dialect
-from ..errors import ChatFmtError
-from ..messages import Conversation
-from ..segments import BlockEncoder
-from ..store import view_of
-from ..tokenizers.base import Tokenizer
+from ...dialects.base import Dialect
+from ...errors import ChatFmtError
+from ...messages import Conversation
+from ...segments import BlockEncoder
+from ...store import view_of
+from ...tokenizers.base import Tokenizer
 
 
 @dataclass(frozen=True, slots=True)

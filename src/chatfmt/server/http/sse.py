@@ -17,7 +17,7 @@ import anyio
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from ..errors import EngineError
+from ...errors import EngineError
 from .errors import ApiError, ClientGone, engine_api_error
 
 T = TypeVar("T")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from ..events import Event, Finish, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ...events import Event, Finish, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 
 
 class CallPolicy:

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from .errors import ApiError
-from .http import lone_surrogate_at
-from .responses_output import reasoning_of_blob
-from .schemas import ChatCompletionRequest
+from ..chat.schemas import ChatCompletionRequest
+from ..http.bodies import lone_surrogate_at
+from ..http.errors import ApiError
+from .output import reasoning_of_blob
 
 #: OpenAI's ``include`` values. Those about tools and inputs chatfmt does not serve (file and
 #: web search, computer use, hosted code interpreter, images) have nothing to add here.
@@ -127,7 +127,7 @@ def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
 
 def _reasoning_text(item: dict[str, Any], param: str) -> str:
     """A reasoning item's text: its ``reasoning_text`` parts, else its ``encrypted_content``
-    as chatfmt wrote it (:func:`~.responses_output.reasoning_blob`); summaries are left out
+    as chatfmt wrote it (:func:`~.output.reasoning_blob`); summaries are left out
     (the model's own words are the parts)."""
     parts = item.get("content")
     if isinstance(parts, list) and parts:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -30,20 +29,13 @@ from pydantic import (
     model_validator,
 )
 
-from ..events import FinishReason
+from ...events import FinishReason
+from ..http.errors import first_problem
 
 #: OpenAI's rule for function names.
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 _TOOL_CHOICES = ("auto", "none", "required")
-
-
-def first_problem(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
-    """``(location, message)`` of the first pydantic error, as a request error names it."""
-    first = errors[0] if errors else {}
-    loc = ".".join(str(p) for p in first.get("loc", ()))
-    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
-    return loc, msg
 
 
 def _is_none(value: object) -> bool:
@@ -315,19 +307,6 @@ class ChatCompletionChunk(_Wire):
     model: str
     choices: list[ChunkChoice]
     usage: Usage | None = None
-
-
-class ErrorBody(_Wire):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorResponse(_Wire):
-    """Every error, in OpenAI's shape (also sent in-band when a started stream fails)."""
-
-    error: ErrorBody
 
 
 class ModelCard(_Wire):

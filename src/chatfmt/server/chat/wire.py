@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..events import (
+from ...events import (
     Event,
     Finish,
     IncompleteCall,
@@ -13,7 +13,7 @@ from ..events import (
     ToolCallStart,
     merge_deltas,
 )
-from ..messages import ToolCall
+from ...messages import ToolCall
 from .policy import CallPolicy
 from .schemas import (
     AssistantMessage,

@@ -13,23 +13,25 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 
-from ..decoding import TurnDecoder
-from ..dialects.base import Dialect
-from ..driver import TurnDriver
-from ..engines.base import Engine, SamplingParams
-from ..errors import ChatFmtError, SchemaTooDeep, ValidationError
-from ..grammar import Grammar, SchemaError, json_grammar
-from ..messages import Conversation, Tool, from_openai
-from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
-from ..store import view_of
-from ..tokenizers.base import Piece, Tokenizer
+from ...decoding import TurnDecoder
+from ...dialects.base import Dialect
+from ...driver import TurnDriver
+from ...engines.base import Engine, SamplingParams
+from ...errors import ChatFmtError, SchemaTooDeep, ValidationError
+from ...grammar import Grammar, SchemaError, json_grammar
+from ...messages import Conversation, Tool, from_openai
+from ...segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
+from ...store import view_of
+from ...tokenizers.base import Piece, Tokenizer
+from ..http.bodies import json_bytes
+from ..http.errors import ApiError
+from ..http.limits import DEFAULT_LIMITS, ServerLimits, count_problem
+from ..http.sse import DONE, sse_event, stream_errors
+from ..metrics import ServerMetrics
 from .continuation import Continuation, Splicer
-from .errors import ApiError
-from .http import json_bytes
-from .limits import DEFAULT_LIMITS, ServerLimits, count_problem
-from .metrics import ServerMetrics
 from .policy import CallPolicy
 from .schemas import (
     ChatCompletion,
@@ -41,7 +43,6 @@ from .schemas import (
     TokenizeResponse,
     Usage,
 )
-from .sse import DONE, sse_event, stream_errors
 from .wire import ROLE_CHOICE, assistant_message, chunk_choices
 
 #: Requests with less message text than this are rendered on the event loop: a thread hop
@@ -526,9 +527,10 @@ class ChatService:
 
         async def body() -> AsyncIterator[bytes]:
             yield chunk([ROLE_CHOICE])
-            async for events in driver.steps():
-                for choice in chunk_choices(events):
-                    yield chunk([choice])
+            async with aclosing(driver.steps()) as steps:
+                async for events in steps:
+                    for choice in chunk_choices(events):
+                        yield chunk([choice])
             if prep.include_usage:
                 usage = Usage.of(
                     driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens
