@@ -82,3 +82,22 @@ def test_complete_calls_before_a_stop_string_still_finish_in_calls() -> None:
     text = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>STOP and more'
     result = _decode("qwen2.5", text, ["STOP"]).result()
     assert [c.name for c in result.tool_calls] == ["a"] and result.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "text"),
+    [
+        ("qwen2.5", '<tool_call>\n{"name": "delete_all", "arguments": "everything"}\n</tool_call>'),
+        ("mistral-v3", '[TOOL_CALLS] [{"name": "delete_all", "arguments": [1]}]'),
+    ],
+)
+def test_arguments_that_are_not_an_object_are_never_replaced(dialect: str, text: str) -> None:
+    # chatfmt used to run such a call with {} in their place: arguments of its own choosing.
+    result = _decode(dialect, text, []).result()
+    assert result.tool_calls == [] and result.finish_reason == "stop"
+    assert [(c.name, c.arguments) for c in result.incomplete_calls] == [("delete_all", "")]
+
+
+def test_a_call_that_writes_no_arguments_calls_with_none() -> None:
+    result = _decode("qwen2.5", '<tool_call>\n{"name": "now"}\n</tool_call>', []).result()
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("now", "{}")]

@@ -322,11 +322,3 @@ class CallScanner:
             self.args_state = "done"
         self._end_value()
         return True
-
-
-def empty_arguments(scan: CallScanner, index: int, warnings: list[str]) -> str:
-    """The arguments of call ``index`` when its object closed without usable ones: ``{}``,
-    with a warning saying why when the model wrote arguments that were not an object."""
-    if scan.args_state == "invalid":
-        warnings.append(f"tool call {index}: {scan.args_error}; used empty arguments")
-    return "{}"

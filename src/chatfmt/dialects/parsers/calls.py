@@ -105,6 +105,19 @@ class CallStream:
         call.ended = call.complete = True
         self._emit(ToolCallEnd(call.index))
 
+    def close(self, scan: CallScanner) -> None:
+        """The open call's object closed (``scan`` read it): stream the rest of its arguments
+        and end it. A call that wrote no arguments gets ``{}`` (a tool without parameters);
+        one whose arguments are not a JSON object is incomplete: chatfmt never puts arguments
+        of its own in their place."""
+        self.flush(scan)
+        if not self.streamed:
+            if scan.args_state == "invalid":
+                self.cut(f"has arguments that are not a JSON object ({scan.args_error})")
+                return
+            self.stream("{}")
+        self.end()
+
     def cut(self, problem: str) -> None:
         """The open call did not close (``problem``: "was cut off", "is unterminated", "has
         malformed JSON (…)"): end it as incomplete, its arguments as they are."""

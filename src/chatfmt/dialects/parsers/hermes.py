@@ -15,7 +15,7 @@ from typing import Literal
 
 from ...decoding import held_suffix
 from ...events import Event, Finish, ParseResult, TextDelta
-from ...jsonscan import WS, CallScanner, empty_arguments
+from ...jsonscan import WS, CallScanner
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
 
@@ -388,12 +388,9 @@ class HermesParser(StreamParser):
 
     def _close_args(self) -> None:
         """The object closed: emit what is left of the arguments and end the call."""
-        calls, scan = self._calls, self._scan
-        assert calls.open is not None and scan is not None
-        self._flush_args()
-        if not calls.streamed:
-            calls.stream(empty_arguments(scan, calls.open.index, self._warnings))
-        calls.end()
+        scan = self._scan
+        assert self._calls.open is not None and scan is not None
+        self._calls.close(scan)
 
     def _break_call(self, problem: str) -> None:
         """A committed call did not close: it ends incomplete, its arguments as streamed."""

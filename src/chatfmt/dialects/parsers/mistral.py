@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from ...events import Event, Finish, ParseResult, TextDelta
-from ...jsonscan import WS, CallScanner, empty_arguments
+from ...jsonscan import WS, CallScanner
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
 
@@ -147,12 +147,9 @@ class ToolCallsParser(_Streams, StreamParser):
     # ==== Output ====
 
     def _end_call(self) -> None:
-        calls, scan = self._calls, self._scan
-        assert calls.open is not None and scan is not None
-        self._flush_args()
-        if not calls.streamed:
-            calls.stream(empty_arguments(scan, calls.open.index, self._warnings))
-        calls.end()
+        scan = self._scan
+        assert self._calls.open is not None and scan is not None
+        self._calls.close(scan)
         self._record()
         self._in_list += 1
 
