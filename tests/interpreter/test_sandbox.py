@@ -261,7 +261,7 @@ def test_a_python_under_tmp_stays_visible(box: Sandbox, monkeypatch: pytest.Monk
     from chatfmt.interpreter import sandbox as sb
 
     monkeypatch.setattr(sb, "_python_roots", lambda python: ("/tmp/some-venv",))
-    argv = box._bwrap(Path("/tmp/work"), Path("/tmp/run"), "python")
+    argv = box._bwrap(Path("/tmp/work"), Path("/tmp/run"), Path("/tmp/run.json"), "python")
     tmpfs = argv.index("/tmp", argv.index("--tmpfs", argv.index("/dev/shm")))
     assert argv.index("/tmp/some-venv") > tmpfs and argv.index("/tmp/work") > tmpfs
 
@@ -338,6 +338,10 @@ def test_private_tmp_is_sized_and_nested_namespaces_are_refused(kernel: JupyterI
     )
     assert int(res.text) <= 1024  # the memory limit, not half the host's memory
     res = kernel.execute(
+        "import os\ns = os.statvfs('/dev/shm')\nprint(s.f_blocks * s.f_frsize // 2**20)"
+    )
+    assert int(res.text) <= 256  # a quarter of it
+    res = kernel.execute(
         "import subprocess\nprint(subprocess.run(['unshare', '-Ur', 'true']).returncode)"
     )
     assert res.text.strip() != "0"
@@ -349,3 +353,17 @@ def test_a_planted_launcher_does_not_survive_a_restart(kernel: JupyterInterprete
     died = kernel.execute("import os\nos._exit(1)")
     assert died.ename == "KernelDied" and died.restarted and "restart failed" not in died.error
     assert kernel.execute("print('clean')").text == "clean\n"
+
+
+def test_the_connection_file_is_read_only_and_the_log_out_of_sight(
+    kernel: JupyterInterpreter,
+) -> None:
+    """The kernel's runtime files: the connection file (its key and ports) cannot be rewritten
+    from inside, and its log is not there by name (see test_disk_cap.py for the cap)."""
+    res = kernel.execute(
+        "import os\nfrom ipykernel.connect import get_connection_file\n"
+        "cf = get_connection_file()\n"
+        "try:\n    open(cf, 'a').write('x')\nexcept OSError as exc:\n    print('refused', exc)\n"
+        "print(sorted(os.listdir(os.path.dirname(cf))))"
+    )
+    assert "refused" in res.text and "kernel.log" not in res.text, res.text

@@ -129,3 +129,57 @@ def test_sigterm_leaves_no_interpreter_directory(tmp_path: Path) -> None:
     while list(tmp_path.glob("chatfmt-*")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert list(tmp_path.glob("chatfmt-*")) == []
+
+
+@NEEDS_KERNEL
+def test_several_keys_without_the_sandbox_are_refused_at_start(tmp_path: Path) -> None:
+    """Kernels without the sandbox run as the server's user: one key's code could read the
+    others' directories, so several keys need the sandbox or an explicit flag."""
+    proc = serve(tmp_path, "--api-key", "key-a", "--api-key", "key-b", "--sandbox", "off")
+    try:
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("chatfmt: error: 2 API keys share"), err
+    for fix in ("--sandbox off", "bubblewrap", "--no-interpreter", "--allow-keys-without-sandbox"):
+        assert fix in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("keys", "mode", "problem", "interpreter", "allow", "refused"),
+    [
+        (["a", "b"], "off", None, True, False, True),
+        (["a", "b"], "auto", "bubblewrap is not installed", True, False, True),
+        (["a", "b"], "auto", None, True, False, False),  # auto with bubblewrap: confined
+        (["a", "b"], "bwrap", "whatever", True, False, False),  # bwrap refuses by itself
+        (["a"], "off", None, True, False, False),  # one key: nobody to read
+        (None, "off", None, True, False, False),
+        (["a", "b"], "off", None, False, False, False),  # --no-interpreter, --no-web
+        (["a", "b"], "off", None, True, True, False),  # allowed, with a warning
+    ],
+)
+def test_which_keys_and_sandboxes_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    keys: list[str] | None,
+    mode: str,
+    problem: str | None,
+    interpreter: bool,
+    allow: bool,
+    refused: bool,
+) -> None:
+    from chatfmt.cli import kernel
+    from chatfmt.errors import InterpreterError
+    from chatfmt.interpreter import sandbox
+
+    monkeypatch.setattr(kernel.sys, "platform", "linux")
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: problem)
+    if refused:
+        with pytest.raises(InterpreterError, match="--allow-keys-without-sandbox"):
+            kernel.check_keys_sandbox(keys, mode, interpreter=interpreter, allow=allow)
+    else:
+        kernel.check_keys_sandbox(keys, mode, interpreter=interpreter, allow=allow)
+    warned = "WARNING: 2 API keys share the code interpreter without its sandbox"
+    assert (warned in capsys.readouterr().err) == allow

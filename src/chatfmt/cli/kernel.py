@@ -1,6 +1,7 @@
 """The code interpreter's command-line options, shared by ``chatfmt chat`` and ``chatfmt serve``:
-the sandbox, its limits, and the kernel's Python; and for ``serve``, the check that refuses to
-offer the interpreter on a public address without an API key."""
+the sandbox, its limits, and the kernel's Python; and for ``serve``, the checks that refuse to
+offer the interpreter on a public address without an API key, or to several API keys without
+its sandbox."""
 
 from __future__ import annotations
 
@@ -47,6 +48,58 @@ def add_public_bind_option(p: argparse.ArgumentParser) -> None:
                    help="serve the code interpreter on a non-loopback --host without --api-key "
                    "(anyone who reaches the address runs code on this machine; only for a "
                    "network you trust)")  # fmt: skip
+
+
+def add_keys_without_sandbox_option(p: argparse.ArgumentParser) -> None:
+    """``serve``'s escape hatch from :func:`check_keys_sandbox`."""
+    p.add_argument("--allow-keys-without-sandbox", action="store_true",
+                   help="serve the code interpreter to several API keys although its sandbox "
+                   "is off (each key's code could read the others' files; only for keys whose "
+                   "holders trust each other)")  # fmt: skip
+
+
+def sandbox_problem(mode: str) -> str | None:
+    """Why ``--sandbox mode`` leaves kernels unconfined on this host, or ``None`` (``bwrap``
+    either confines them or refuses to start)."""
+    if mode == "off":
+        return "--sandbox off"
+    if mode == "bwrap":
+        return None
+    if sys.platform != "linux":
+        return "namespaces need Linux"
+    from ..interpreter.sandbox import bwrap_problem
+
+    return bwrap_problem()
+
+
+def check_keys_sandbox(
+    keys: Sequence[str] | None, sandbox: str, *, interpreter: bool, allow: bool
+) -> None:
+    """Refuse (:class:`InterpreterError`, one line naming the fixes) to serve the code
+    interpreter to several API keys while its sandbox is off, unless ``allow``: kernels then
+    run as this server's user, so one key's code could read the working directories of the
+    other keys' kernels. With ``allow``, a warning on stderr."""
+    if not interpreter or not keys or len(keys) < 2:
+        return
+    problem = sandbox_problem(sandbox)
+    if problem is None:
+        return
+    if allow:
+        print(
+            f"chatfmt: WARNING: {len(keys)} API keys share the code interpreter without its "
+            f"sandbox ({problem}; --allow-keys-without-sandbox): each key's code can read the "
+            "others' files",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    raise InterpreterError(
+        f"{len(keys)} API keys share the code interpreter but its sandbox is off ({problem}): "
+        "kernels run as this server's user and one key's code could read another key's files; "
+        "install bubblewrap and use --sandbox auto or bwrap, serve one key, turn the "
+        "interpreter off with --no-interpreter, or pass --allow-keys-without-sandbox if the "
+        "keys' holders trust each other"
+    )
 
 
 def is_loopback(host: str) -> bool:

@@ -19,7 +19,9 @@ from ..engines.default_model import DEFAULT_MODEL_NAME, resolve_model
 from ..errors import ChatFmtError, MissingDependencyError
 from .kernel import (
     add_kernel_options,
+    add_keys_without_sandbox_option,
     add_public_bind_option,
+    check_keys_sandbox,
     check_public_bind,
     interpreter_wanted,
 )
@@ -357,6 +359,7 @@ def add_serve_parser(sub: Any) -> None:
                    "--max-body-mb (default: 8)")  # fmt: skip
     add_kernel_options(p)
     add_public_bind_option(p)
+    add_keys_without_sandbox_option(p)
     p.add_argument("--no-web", action="store_true", help="serve only the API, no web chat")
     p.set_defaults(func=cmd_serve)
 
@@ -370,6 +373,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_api_key(api_key)  # before the model loads: a key no client could send
     wanted = interpreter_wanted(args)
     check_public_bind(args.host, api_key, interpreter=wanted, allow=args.allow_public_without_key)
+    check_keys_sandbox(
+        api_key, args.sandbox, interpreter=wanted, allow=args.allow_keys_without_sandbox
+    )
     tools = load_tools_file(args.tools) if args.tools else None
     if args.store_max_age_days <= 0 or args.store_max_mb < 0:
         fail("--store-max-age-days must be positive, and --store-max-mb 0 (no limit) or more")

@@ -105,6 +105,14 @@ class KernelCgroups:
             _rmdir(path)  # made, but its limit could not be set
         return out
 
+    def members(self) -> set[int]:
+        """The processes in the groups now (those that left the kernel's process tree too)."""
+        out: set[int] = set()
+        for procs in self.procs:
+            with contextlib.suppress(OSError, ValueError):
+                out.update(int(pid) for pid in procs.read_text().split())
+        return out
+
     def oom_kills(self) -> int:
         """How many processes of the group the kernel has killed for memory so far."""
         if "memory" not in self.groups:

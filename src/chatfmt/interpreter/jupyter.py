@@ -48,6 +48,7 @@ from .disk import DiskGuard
 from .lifetime import Resource
 from .process import (
     in_launcher,
+    kernel_processes,
     kill_kernel,
     launcher,
     manager_class,
@@ -214,11 +215,18 @@ class JupyterInterpreter(Resource):
 
     def _start_kernel(self) -> None:
         self._work_dir.mkdir(parents=True, exist_ok=True)
+        # The runtime directory: the connection file (read-only in the sandbox), the log (the
+        # kernel's stderr, not mounted there) and the sockets' directory (writable there); all
+        # of it counts against the disk cap (see Sandbox.command).
         runtime = Path(tempfile.mkdtemp(prefix="kernel-", dir=private_root()))
+        # Short names: a socket's path must fit in 107 bytes (sockets/ipc-1 did not, under a
+        # long TMPDIR); "s/k-1" is as long as the "ipc-1" of old.
+        sockets = runtime / "s"
+        sockets.mkdir()
         km_class = manager_class()
         km = km_class(
             transport="ipc",
-            ip=str(runtime / "ipc"),
+            ip=str(sockets / "k"),
             connection_file=str(runtime / "kernel.json"),
             context=zmq_context(),
         )
@@ -237,10 +245,14 @@ class JupyterInterpreter(Resource):
         log_path = runtime / "kernel.log"
         self._runtime, self._km = runtime, km
         try:
+            # The connection file must exist before the sandbox mounts it (jupyter_client
+            # writes it again at start, with the same ports and key).
+            km.write_connection_file()
             km.chatfmt_argv = self.sandbox.command(
                 kernel,
                 work_dir=self._work_dir,
-                runtime=runtime,
+                sockets=sockets,
+                connection_file=runtime / "kernel.json",
                 python=self.python,
                 cgroup_procs=group.procs,
                 memory_in_cgroup=group.limits_memory,
@@ -267,6 +279,15 @@ class JupyterInterpreter(Resource):
                 )
             kc.wait_for_ready(timeout=self.startup_timeout)
             self._setup()
+            # Measured from here on, before any model-written code runs: what the runtime
+            # directory holds now (connection file, sockets, start-up log) is the server's.
+            # Not a method of self: the guard must not keep the interpreter alive.
+            processes = (
+                functools.partial(kernel_processes, self._pid, group)
+                if self._pid is not None
+                else None
+            )
+            self._disk.watch([runtime], processes)
             self._disk.settle()  # a fresh kernel: what the directory holds now is allowed
         except Exception as exc:
             tail = self._log_tail()
@@ -320,6 +341,7 @@ class JupyterInterpreter(Resource):
         pgid, process, group = self._pgid, self._process, self._group
         self._km = self._kc = self._runtime = self._pid = self._pgid = self._process = None
         self._group = None
+        self._disk.watch()  # the kernel's runtime directory and processes go with it
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
@@ -564,6 +586,9 @@ class JupyterInterpreter(Resource):
                 result = out.result(self.max_output_chars, timed_out=interrupted_at is not None)
                 return self._disk_stop(result, running=True)
             wait = 0.2 if interrupted_at is None else 0.1
+            due = self._disk.due_in()  # measured on time, not a poll's wait later
+            if due is not None:
+                wait = min(wait, due)
             try:
                 msg = kc.iopub_channel.get_msg(timeout=min(wait, max(deadline - now, 0.01)))
             except queue.Empty:

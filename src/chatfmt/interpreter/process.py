@@ -182,6 +182,63 @@ def reap_kernel(
     remove_group(group)
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process descended from it, now. In the sandbox that is every process
+    of its PID namespace: orphans there (``setsid``, double forks) are adopted by the
+    namespace's init, a descendant of ``pid``; no process can leave it."""
+    found: list[int] = []
+    seen: set[int] = set()
+    stack = [pid]
+    children = _children_of if os.path.exists(f"/proc/{pid}/task/{pid}/children") else None
+    parents: dict[int, list[int]] | None = None
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        found.append(current)
+        if children is not None:
+            stack.extend(children(current))
+        else:  # a kernel without CONFIG_PROC_CHILDREN: every process's parent, once
+            parents = _parents() if parents is None else parents
+            stack.extend(parents.get(current, ()))
+    return found
+
+
+def _children_of(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError):
+                with open(f"/proc/{pid}/task/{task}/children") as fh:
+                    out.extend(int(c) for c in fh.read().split())
+    return out
+
+
+def _parents() -> dict[int, list[int]]:
+    """Children per parent, from every process's ``/proc/<pid>/stat``."""
+    out: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{name}/stat") as fh:
+                    # The name in parentheses may hold spaces and parentheses itself.
+                    ppid = int(fh.read().rpartition(")")[2].split()[1])
+                out.setdefault(ppid, []).append(int(name))
+    return out
+
+
+def kernel_processes(pid: int, group: KernelCgroups | None) -> list[int]:
+    """The kernel's processes: its process tree, and the members of its cgroups (which hold
+    processes that left the tree, where the kernel runs without a PID namespace)."""
+    found = process_tree(pid)
+    if group is not None:
+        found.extend(sorted(group.members() - set(found)))
+    return found
+
+
 def remove_group(group: KernelCgroups | None) -> None:
     """Delete a kernel's cgroups (they wait for its processes to be gone after the kill)."""
     if group is not None:

@@ -2,14 +2,16 @@
 
 With bubblewrap (``bwrap``, Debian's ``bubblewrap`` package) a kernel gets fresh user, PID,
 network, IPC, UTS and cgroup namespaces, no capabilities, and a file system of read-only system
-and Python directories plus its own working directory (read-write) and runtime directory (its
-IPC sockets); nothing else of the host is there (no home, no other sessions, no server files,
-no ``/etc`` beyond what Python and fonts need). Without a network namespace's routes it reaches
-no host, localhost included. Its init is PID 1 of its namespace: when the kernel is killed, so is
-every process it started, ``setsid`` and double forks included.
+and Python directories plus its own working directory (read-write), the directory of its IPC
+sockets (read-write) and its connection file (read-only); nothing else of the host is there
+(no home, no other sessions, no server files, no ``/etc`` beyond what Python and fonts need).
+Without a network namespace's routes it reaches no host, localhost included. Its init is PID 1
+of its namespace: when the kernel is killed, so is every process it started, ``setsid`` and
+double forks included.
 
 Limits apply with or without bubblewrap (rlimits set by a small launcher before ``bwrap``):
-CPU seconds per process, file size, open files; the working directory's total by measure
+CPU seconds per process, file size, open files; the total the code can leave on the host's
+disk (working directory, sockets' directory, deleted files held open) by measure
 (:mod:`.disk`). Memory and tasks (processes and threads, so a
 fork bomb stops at the cap) are limited by cgroups where the host allows them
 (:mod:`.cgroup`; memory: real usage); otherwise memory by the address space (``RLIMIT_AS``,
@@ -158,14 +160,18 @@ class Sandbox:
         argv: Sequence[str],
         *,
         work_dir: Path,
-        runtime: Path,
+        sockets: Path,
+        connection_file: Path,
         python: str,
         cgroup_procs: Sequence[Path] = (),
         memory_in_cgroup: bool = False,
         tasks_in_cgroup: bool = False,
     ) -> list[str]:
         """The kernel's command line: the launcher (cgroups, rlimits), bwrap, then ``argv``
-        (after an inner launcher that sets the task limit inside the user namespace)."""
+        (after an inner launcher that sets the task limit inside the user namespace).
+
+        ``sockets`` is the directory where the kernel binds its IPC sockets (writable in the
+        sandbox) and ``connection_file`` the file it reads them from (read-only there)."""
         plan = {
             "cgroups": [str(p) for p in cgroup_procs],
             "limits": self._rlimits(memory_in_cgroup),
@@ -177,7 +183,7 @@ class Sandbox:
         if self.limits.processes is not None and not tasks_in_cgroup:
             tasks = {"cgroups": [], "limits": {"RLIMIT_NPROC": self.limits.processes}}
             inner = [python, "-I", "-S", "-c", _LAUNCHER, json.dumps(tasks), *inner]
-        return [*outer, *self._bwrap(work_dir, runtime, python), *inner]
+        return [*outer, *self._bwrap(work_dir, sockets, connection_file, python), *inner]
 
     def _rlimits(self, memory_in_cgroup: bool) -> dict[str, int]:
         lim, mb = self.limits, 1024 * 1024
@@ -192,7 +198,9 @@ class Sandbox:
             out["RLIMIT_NOFILE"] = lim.open_files
         return out
 
-    def _bwrap(self, work_dir: Path, runtime: Path, python: str) -> list[str]:
+    def _bwrap(
+        self, work_dir: Path, sockets: Path, connection_file: Path, python: str
+    ) -> list[str]:
         args = [
             _bwrap_path(), "--unshare-all", "--unshare-user", "--uid", str(_UID),
             "--gid", str(_UID), "--die-with-parent", "--cap-drop", "ALL",
@@ -224,7 +232,19 @@ class Sandbox:
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         for root in _python_roots(python):
             args += ["--ro-bind", root, root]
-        args += ["--bind", str(runtime), str(runtime), "--bind", str(work_dir), str(work_dir)]
+        # The kernel's runtime files, at their host paths. Its IPC sockets must be made by the
+        # kernel itself (it binds them) where the server can reach them: a host directory
+        # writable inside the sandbox. It cannot be read-only (bind() then fails with EROFS),
+        # nor a tmpfs of the sandbox's (the server could not reach its sockets), and an
+        # unprivileged server cannot put a quota or a sized mount on a host directory. So the
+        # sandbox gets only that directory writable, the connection file read-only on top
+        # (code cannot rewrite the key or the ports), the log not at all (only through the
+        # kernel's stderr, a descriptor); the directory holding the three, descriptor-written
+        # log included, is measured with the working directory under the one disk cap
+        # (:meth:`.disk.DiskGuard.watch`), and it is emptied at every restart.
+        args += ["--bind", str(sockets), str(sockets)]
+        args += ["--ro-bind", str(connection_file), str(connection_file)]
+        args += ["--bind", str(work_dir), str(work_dir)]
         # The sandbox's own root (where /etc's few files are mounted) is read-only too.
         args += ["--remount-ro", "/", "--chdir", str(work_dir), "--setenv", "HOME", _INNER_HOME]
         args += ["--setenv", "MPLCONFIGDIR", _INNER_HOME + "/.matplotlib"]

@@ -9,7 +9,9 @@ between requests; it is closed after it has been idle for ``idle_timeout`` secon
 Room is shared fairly: the server runs at most ``max_sessions`` kernels, and each owner at most
 ``max_per_owner`` of them. A new session closes an idle one of its own owner when that owner is
 at its share, so one key can never close another key's kernels (and delete their files) by
-opening sessions; when nothing can be closed, :class:`SessionsBusy` says which limit was met.
+opening sessions, unless there are more owners than sessions: each owner's share is then one,
+and a full server closes the least recently used idle session of any owner (logged as a
+warning). When nothing can be closed, :class:`SessionsBusy` says which limit was met.
 """
 
 from __future__ import annotations
@@ -257,6 +259,14 @@ class InterpreterSessions:
                     503,
                 )
             key = min(idle)[1]
+            if key[0] != owner:
+                logger.warning(
+                    "all %d code interpreter sessions are taken: closing the idle session of "
+                    "another API key (conversation %s) for a new one; serve at most as many "
+                    "keys as sessions to avoid it",
+                    self.max_sessions,
+                    key[1],
+                )
             await self.close(key[1], key[0])
             return True
         return False
