@@ -31,7 +31,6 @@ import functools
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,10 +43,12 @@ from typing import Any
 
 from ..errors import InterpreterError
 from .cgroup import KernelCgroups
+from .deaths import death_cause, died_error
 from .disk import DiskGuard
 from .lifetime import Resource
 from .process import (
     in_launcher,
+    kernel_env,
     kernel_processes,
     kill_kernel,
     launcher,
@@ -59,18 +60,6 @@ from .process import (
 )
 from .results import ExecutionResult, _Collector
 from .sandbox import Sandbox, detect, with_limits
-
-_MPL_INLINE = "module://matplotlib_inline.backend_inline"
-# Environment variables a kernel gets without inherit_env (plus LC_*).
-_ENV_KEEP = frozenset(
-    {
-        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
-        "TMPDIR", "TEMP", "TMP", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME",
-        "LD_LIBRARY_PATH", "SYSTEMROOT", "MPLBACKEND", "MPLCONFIGDIR", "XDG_CACHE_HOME",
-        "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "JUPYTER_PATH", "JUPYTER_CONFIG_DIR",
-        "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
-    }
-)  # fmt: skip
 
 
 class JupyterInterpreter(Resource):
@@ -198,21 +187,6 @@ class JupyterInterpreter(Resource):
             self._start_kernel()
             self.restarts += 1
 
-    def _kernel_env(self) -> dict[str, str]:
-        if self.inherit_env:
-            env = dict(os.environ)
-        else:
-            # Model-written code can read its environment; API keys and tokens of the host
-            # process must not be there, so only neutral variables are passed on.
-            env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith("LC_")}
-        env.setdefault("MPLBACKEND", _MPL_INLINE)
-        env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # silences a debugpy warning at start-up
-        # The working directory is not put first on the path at start (Python 3.11+): a module
-        # the code planted there (say ipykernel_launcher.py) must not take over its restarts.
-        env["PYTHONSAFEPATH"] = "1"
-        env.update(self.env)
-        return env
-
     def _start_kernel(self) -> None:
         self._work_dir.mkdir(parents=True, exist_ok=True)
         # The runtime directory: the connection file (read-only in the sandbox), the log (the
@@ -262,7 +236,7 @@ class JupyterInterpreter(Resource):
                 launch = functools.partial(
                     km.start_kernel,
                     cwd=str(self._work_dir),
-                    env=self._kernel_env(),
+                    env=kernel_env(inherit=self.inherit_env, extra=self.env),
                     stdout=subprocess.DEVNULL,
                     stderr=log,
                 )
@@ -523,42 +497,22 @@ class JupyterInterpreter(Resource):
         """:meth:`execute` on a worker thread, for async servers (it always returns in time)."""
         return await asyncio.to_thread(self.execute, code, timeout)
 
-    def _death_cause(self) -> tuple[str, str | None]:
-        """How the kernel ended, and the limit it met (a one-line note) if one is known."""
+    def _died_note(self, *, before: bool) -> tuple[str, str | None]:
+        """The error and note of a run whose kernel died (see :mod:`.deaths`)."""
         code = None
         with contextlib.suppress(Exception):
             code = self._process.returncode
-        # bubblewrap exits with 128 + the signal that killed the kernel inside it.
-        signum = -code if isinstance(code, int) and code < 0 else None
-        if self.sandbox.isolate and isinstance(code, int) and 128 < code < 160:
-            signum = code - 128
-        how = "exited" if code is None else f"exited with status {code}"
-        if signum is not None:
-            with contextlib.suppress(ValueError):
-                how = f"killed by {signal.Signals(signum).name}"
-        limits = self.sandbox.limits
         group = self._group
-        if group is not None and group.oom_kills() > self._oom_seen:
-            self._oom_seen = group.oom_kills()
-            return how, f"memory limit reached ({limits.memory_mb} MB): the kernel was killed"
-        if signum == signal.SIGXCPU and limits.cpu_seconds is not None:
-            return how, f"CPU time limit reached ({limits.cpu_seconds} s): the kernel was killed"
-        if (
-            (group is None or not group.limits_memory)
-            and limits.memory_mb is not None
-            and (signum == signal.SIGKILL)
-        ):
-            return how, f"killed, perhaps out of memory (limit {limits.memory_mb} MB)"
-        return how, None
-
-    def _died_note(self, *, before: bool) -> tuple[str, str | None]:
-        how, note = self._death_cause()
-        when = "had died before this code ran" if before else "died while running this code"
-        error = (
-            f"KernelDied: the kernel {when} ({how}{'; ' + note if note else ''}). It was "
-            "restarted: variables, imports and definitions are lost; run the needed code again."
+        how, note = death_cause(
+            code,
+            isolated=self.sandbox.isolate,
+            limits=self.sandbox.limits,
+            group=group,
+            oom_seen=self._oom_seen,
         )
-        return error, note
+        if group is not None:
+            self._oom_seen = group.oom_kills()
+        return died_error(how, note, before=before), note
 
     def _run(self, code: str, limit: float) -> ExecutionResult:
         kc = self._kc

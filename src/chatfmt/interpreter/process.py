@@ -1,5 +1,5 @@
 """A kernel's process: how it is started (one long-lived thread, a private directory, its
-message sockets) and how it is killed and cleaned up. Used by :mod:`.jupyter`."""
+message sockets, its environment) and how it is killed and cleaned up. Used by :mod:`.jupyter`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -243,3 +244,34 @@ def remove_group(group: KernelCgroups | None) -> None:
     """Delete a kernel's cgroups (they wait for its processes to be gone after the kill)."""
     if group is not None:
         group.remove()
+
+
+_MPL_INLINE = "module://matplotlib_inline.backend_inline"
+# Environment variables a kernel gets without inherit_env (plus LC_*).
+_ENV_KEEP = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
+        "TMPDIR", "TEMP", "TMP", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME",
+        "LD_LIBRARY_PATH", "SYSTEMROOT", "MPLBACKEND", "MPLCONFIGDIR", "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "JUPYTER_PATH", "JUPYTER_CONFIG_DIR",
+        "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
+    }
+)  # fmt: skip
+
+
+def kernel_env(*, inherit: bool, extra: Mapping[str, str]) -> dict[str, str]:
+    """A kernel's environment: this process's (``inherit``) or only its neutral variables,
+    the kernel's settings, then ``extra``."""
+    if inherit:
+        env = dict(os.environ)
+    else:
+        # Model-written code can read its environment; API keys and tokens of the host
+        # process must not be there, so only neutral variables are passed on.
+        env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith("LC_")}
+    env.setdefault("MPLBACKEND", _MPL_INLINE)
+    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # silences a debugpy warning at start-up
+    # The working directory is not put first on the path at start (Python 3.11+): a module
+    # the code planted there (say ipykernel_launcher.py) must not take over its restarts.
+    env["PYTHONSAFEPATH"] = "1"
+    env.update(extra)
+    return env

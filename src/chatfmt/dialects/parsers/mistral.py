@@ -44,6 +44,16 @@ class _Streams:
         if self._scan is not None:
             self._calls.flush(self._scan)
 
+    def _record(self) -> None:
+        """Keep the open call's text (as a call, or an incomplete one) and reset for the next."""
+        raise NotImplementedError
+
+    def _break(self, problem: str) -> None:
+        """The open call did not close: it ends incomplete, its arguments as streamed."""
+        self._flush_args()
+        self._calls.cut(problem)
+        self._record()
+
     def result(self) -> ParseResult:
         calls = self._calls
         return single_message_result(
@@ -156,12 +166,6 @@ class ToolCallsParser(_Streams, StreamParser):
     def _record(self) -> None:
         self._calls.record("".join(self._obj))
         self._scan, self._raw, self._obj = None, [], []
-
-    def _break(self, problem: str) -> None:
-        """The open call did not close: it ends incomplete, its arguments as streamed."""
-        self._flush_args()
-        self._calls.cut(problem)
-        self._record()
 
     def _degrade(self, reason: str) -> None:
         """What followed the control (or the last call) is not a call: it is text."""
@@ -335,12 +339,6 @@ class NamedCallsParser(_Streams, StreamParser):
     def _record(self) -> None:
         self._calls.record("".join(self._raw))
         self._scan, self._raw = None, []
-
-    def _break(self, problem: str) -> None:
-        """The open call did not close: it ends incomplete, its arguments as streamed."""
-        self._flush_args()
-        self._calls.cut(problem)
-        self._record()
 
     def _degrade(self, reason: str) -> None:
         """What followed the control is not a call: it is text."""
