@@ -7,9 +7,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import chatfmt
-from chatfmt.agent import Agent, ModelEvent, ToolFinished, ToolStarted, text_of
+from chatfmt.agent import (
+    Agent,
+    AgentResult,
+    ModelEvent,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    reasoning_of,
+    text_of,
+)
 from chatfmt.engines.fake import FakeEngine
-from chatfmt.events import TextDelta
+from chatfmt.events import ReasoningDelta, TextDelta
 from chatfmt.tools import ToolRegistry, tool
 
 CALL = (
@@ -165,3 +174,46 @@ def test_a_failing_interpreter_is_an_observation(small_glm) -> None:  # type: ig
     obs = next(m for m in result.conversation.messages if m.role == "tool")
     assert "InterpreterError: the kernel failed to restart" in (obs.content or "")
     assert result.answer == "Sorry."
+
+
+# ==== Reasoning (gpt-oss's analysis channel, through the real harmony parser) ====
+
+THINK_AND_CALL = (
+    "<|channel|>analysis<|message|>I should ask for the weather.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    '<|message|>{"city": "Beijing"}<|call|>'
+)
+THINK_AND_ANSWER = (
+    "<|channel|>analysis<|message|>It said 22 degrees.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>It is 22 degrees.<|return|>"
+)
+
+
+def test_reasoning_streams_and_stays_in_the_conversation(harmony_tok) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(harmony_tok, [THINK_AND_CALL, THINK_AND_ANSWER])
+    agent = Agent(engine, chatfmt.get_dialect("harmony"), tools=ToolRegistry([get_weather]))
+
+    async def collect() -> list[Any]:
+        return [e async for e in agent.stream([{"role": "user", "content": "Weather?"}])]
+
+    items = asyncio.run(collect())
+    events = [e for e in items if not isinstance(e, AgentResult)]
+    result = items[-1]
+    assert isinstance(result, AgentResult) and result.stopped == "answer"
+    # Streamed in pieces, apart from the text, each turn's before that turn's end.
+    assert sum(isinstance(e, ModelEvent) and isinstance(e.event, ReasoningDelta) for e in items) > 2
+    assert reasoning_of(events) == "I should ask for the weather.It said 22 degrees."
+    assert text_of(events) == "It is 22 degrees."
+    turns = [e.result for e in items if isinstance(e, TurnFinished)]
+    assert [t.reasoning for t in turns] == ["I should ask for the weather.", "It said 22 degrees."]
+    # The loop carries every turn's reasoning on in the conversation it returns ...
+    messages = result.conversation.messages
+    assert [m.reasoning for m in messages if m.role == "assistant"] == [
+        "I should ask for the weather.",
+        "It said 22 degrees.",
+    ]
+    assert result.new_messages[0].reasoning == "I should ask for the weather."
+    # ... and the dialect renders it where its format keeps it: gpt-oss reads the reasoning of
+    # a call it is still answering.
+    second = harmony_tok.decode(engine.prompts[1])
+    assert "<|channel|>analysis<|message|>I should ask for the weather.<|end|>" in second

@@ -3,6 +3,11 @@
 The loop stops at a turn without tool calls (the final answer) or after ``max_steps`` model
 turns. Tool failures become observations the model can read; they never end the loop. What the
 loop does is reported as events, for terminals and web UIs.
+
+A turn's reasoning (``ReasoningDelta``, from dialects that have a reasoning channel) streams as
+a :class:`ModelEvent` like its text, and stays on the turn's messages (``Message.reasoning``)
+in the conversation the loop carries on with: when the next turn is rendered, the dialect
+decides what of earlier reasoning the model reads again; the loop never drops it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from .decoding import TurnDecoder
 from .dialects.base import ConversationLike, Dialect
 from .driver import TurnDriver
 from .engines.base import Engine, SamplingParams
-from .events import Event, ParseResult, TextDelta
+from .events import Event, ParseResult, ReasoningDelta, TextDelta
 from .grammar import Grammar, SchemaError
 from .interpreter.runner import CodeRunner as CodeRunner  # re-exported from its home
 from .messages import INTERPRETER, Conversation, Message, Tool, ToolCall, as_conversation
@@ -44,7 +49,8 @@ class ToolRunner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ModelEvent:
-    """A parser event of the current model turn (text delta, tool-call start/delta, ...)."""
+    """A parser event of the current model turn (text or reasoning delta, tool-call
+    start/delta, ...)."""
 
     event: Event
 
@@ -252,6 +258,15 @@ def text_of(events: Sequence[AgentEvent]) -> str:
     )
 
 
+def reasoning_of(events: Sequence[AgentEvent]) -> str:
+    """The reasoning streamed in ``events``, every turn's joined (for tests and simple UIs)."""
+    return "".join(
+        e.event.text
+        for e in events
+        if isinstance(e, ModelEvent) and isinstance(e.event, ReasoningDelta)
+    )
+
+
 __all__ = [
     "Agent",
     "AgentEvent",
@@ -260,5 +275,6 @@ __all__ = [
     "ToolFinished",
     "ToolStarted",
     "TurnFinished",
+    "reasoning_of",
     "text_of",
 ]

@@ -111,3 +111,61 @@ def test_interpreter_figures_are_saved_and_their_path_shown(qwen, tmp_path) -> N
         assert figure.read_bytes().startswith(b"\x89PNG")
         # Saved outside the sandbox's working directory (where code could plant a link).
         assert not figure.is_relative_to(interpreter.work_dir)
+
+
+# ==== Reasoning (gpt-oss's analysis channel, through the real harmony parser) ====
+
+THINK_THEN_ANSWER = (
+    "<|channel|>analysis<|message|>The user greets me.\nBe brief.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>"
+)
+
+
+def _harmony_chat(console: Console, script: list[str], lines: list[str]) -> list[chatfmt.Message]:
+    from chatfmt.tokenizers import load_tokenizer
+
+    engine = FakeEngine(load_tokenizer("o200k_harmony"), script)
+    said = iter(lines)
+    return run_chat(
+        engine, chatfmt.get_dialect("harmony"), console=console, read_line=lambda _: next(said)
+    )
+
+
+def test_reasoning_is_labelled_before_the_answer_when_not_a_terminal() -> None:
+    out = io.StringIO()
+    history = _harmony_chat(
+        Console(file=out, width=100, color_system=None), [THINK_THEN_ANSWER], ["hi", "/exit"]
+    )
+    shown = out.getvalue()
+    assert "assistant› [thinking]\nThe user greets me.\nBe brief.\n[/thinking]\nHello!\n" in shown
+    assert "\x1b" not in shown
+    # The reasoning stays in the history the next turn is rendered from (the dialect decides
+    # what of it the model reads again).
+    assert history[-1].content == "Hello!"
+    assert history[-1].reasoning == "The user greets me.\nBe brief."
+
+
+def test_reasoning_is_dimmed_on_a_terminal() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=100, force_terminal=True, color_system="standard")
+    _harmony_chat(console, [THINK_THEN_ANSWER], ["hi", "/exit"])
+    shown = out.getvalue()
+    dim = "\x1b[2m"
+    assert f"{dim}The\x1b[0m" in shown and f"{dim} brief\x1b[0m" in shown
+    assert "[thinking]" not in shown
+    # The answer after it is not dimmed, and starts on a line of its own.
+    answer = shown.index("Hello!")
+    assert shown[answer - 1] == "\n" and not shown[:answer].endswith(dim)
+
+
+def test_reasoning_cut_off_is_closed_and_cannot_inject_escapes() -> None:
+    out = io.StringIO()
+    script = ["<|channel|>analysis<|message|>[bold]x[/bold] \x1b[2J still thinking"]
+    history = _harmony_chat(
+        Console(file=out, width=100, color_system=None), script, ["hi", "/exit"]
+    )
+    shown = out.getvalue()
+    assert "[thinking]\n[bold]x[/bold] [2J still thinking\n[/thinking]" in shown
+    assert "\x1b" not in shown
+    assert history[-1].role == "assistant" and history[-1].content is None
+    assert history[-1].reasoning == "[bold]x[/bold] \x1b[2J still thinking"

@@ -1,5 +1,6 @@
 """A scripted model for the web tests: the reply depends on the last user message, so tests
-need not run in a fixed order, and a live server built on it."""
+need not run in a fixed order, and a live server built on it. A reasoning model is gpt-oss
+(harmony), whose analysis channel is its reasoning."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from fastapi import FastAPI
 
 from chatfmt.agent import CodeRunner
 from chatfmt.dialects import get_dialect
-from chatfmt.engines.fake import FakeEngine
+from chatfmt.engines.fake import FakeEngine, Script
 from chatfmt.tokenizers.base import Tokenizer
 from chatfmt.web import demo_tools, mount_web
 
@@ -42,6 +43,16 @@ PLOT_CALL = (
 )
 PLOT_ANSWER = "Here is the plot of the squares.<|im_end|>"
 SLOW_REPLY = " ".join(f"word{i}" for i in range(400)) + "<|im_end|>"
+#: Reasoning that would be markup if it were ever parsed as HTML or Markdown.
+REASONING = (
+    "The user says hello. <img src=x onerror=alert(1)> <b>not bold</b> **not strong**\n"
+    + " ".join(f"step{i}" for i in range(120))
+)
+#: A gpt-oss reply: its reasoning (the analysis channel), then its answer.
+HARMONY_REPLY = (
+    f"<|channel|>analysis<|message|>{REASONING}<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>Hello! **Glad** to help.<|return|>"
+)
 
 
 def rows_call(path: str) -> str:
@@ -89,17 +100,22 @@ def build_app(
     delay: float = 0.0,
     interpreter_factory: Callable[[], CodeRunner] | None = None,
     context_length: int = 32768,
+    dialect: str = "qwen2.5",
+    script: Script | None = None,
+    model_name: str = "fake-qwen",
     **kwargs: Any,
 ) -> tuple[FastAPI, FakeEngine]:
-    engine = FakeEngine(tokenizer, scripted(tokenizer), delay=delay, context_length=context_length)
+    """The web chat over a FakeEngine: by default Qwen2.5 replying by :func:`scripted`."""
+    replies = scripted(tokenizer) if script is None else script
+    engine = FakeEngine(tokenizer, replies, delay=delay, context_length=context_length)
     app = FastAPI()
     mount_web(
         app,
         engine=engine,
-        dialect=get_dialect("qwen2.5"),
+        dialect=get_dialect(dialect),
         tools=demo_tools(),
         interpreter_factory=interpreter_factory,
-        model_name="fake-qwen",
+        model_name=model_name,
         **kwargs,
     )
     return app, engine

@@ -38,7 +38,7 @@ from chatfmt.dialects import get_dialect  # noqa: E402
 from chatfmt.engines.fake import FakeEngine  # noqa: E402
 from chatfmt.tokenizers.base import Tokenizer  # noqa: E402
 
-from .helpers import HELLO_REPLY, build_app, live_server  # noqa: E402
+from .helpers import HARMONY_REPLY, HELLO_REPLY, REASONING, build_app, live_server  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -392,6 +392,65 @@ def test_markdown_renderer_escapes_everything(page: Page) -> None:
             and "<img" not in html
             and "javascript:" not in html.replace("[x](javascript:", "")
         ), html
+
+
+def test_reasoning_streams_into_a_collapsible_box_as_text(browser: Browser) -> None:
+    from chatfmt.tokenizers import load_tokenizer
+
+    # gpt-oss, whose analysis channel (read by the real harmony parser) is its reasoning.
+    app, _ = build_app(
+        load_tokenizer("o200k_harmony"),
+        delay=0.02,
+        dialect="harmony",
+        script=[HARMONY_REPLY],
+        model_name="fake-gpt-oss",
+    )
+    with live_server(app) as url:
+        for page in _page(browser, url, model="fake-gpt-oss · harmony"):
+            send(page, "hello")
+            box = page.locator(".msg.assistant details.reasoning")
+            summary = box.locator("summary")
+            # While it streams: open, "Thinking…", above the (not yet begun) answer.
+            expect(summary).to_have_text("Thinking…")
+            expect(box).to_have_attribute("open", "")
+            expect(box.locator(".reasoning-text")).to_contain_text("step3")
+            assert box.evaluate("b => b.nextElementSibling.classList.contains('content')")
+            wait_idle(page)
+            # Once the answer came: collapsed to a summary, the answer rendered as Markdown.
+            expect(summary).to_have_text(re.compile(r"^Thought for (\d+ s|less than a second)$"))
+            expect(box).not_to_have_attribute("open", "")
+            answer = page.locator(".msg.assistant .content")
+            expect(answer.locator("strong")).to_have_text("Glad")
+            shot(page, "reasoning-collapsed.png")
+            # Expanded, it is the model's text exactly: nothing in it became markup.
+            summary.click()
+            text = box.locator(".reasoning-text")
+            expect(text).to_be_visible()
+            assert text.text_content() == REASONING
+            assert text.evaluate("t => t.children.length") == 0
+            expect(box.locator("img, b, strong, script")).to_have_count(0)
+            shot(page, "reasoning-expanded.png")
+            # It is kept with the message, so the next turn's request carries it back ...
+            stored = page.evaluate("window.chatfmt.state.messages")
+            assert stored[-1]["reasoning_content"] == REASONING
+            # Stopped while thinking, the reasoning so far is kept too (with no answer).
+            send(page, "hello again")
+            thinking = page.locator(".msg.assistant details.reasoning").nth(1)
+            expect(thinking.locator(".reasoning-text")).to_contain_text("step1")
+            page.get_by_role("button", name="Stop").click()
+            wait_idle(page)
+            expect(thinking.locator("summary")).to_have_text(re.compile(r"^Thought for "))
+            stopped = page.evaluate("window.chatfmt.state.messages")[-1]
+            assert stopped["content"] is None
+            assert REASONING.startswith(stopped["reasoning_content"])
+            # ... and a reload draws both again, collapsed and still plain text.
+            page.reload()
+            boxes = page.locator(".msg.assistant details.reasoning")
+            expect(boxes).to_have_count(2)
+            expect(boxes.locator("summary")).to_have_text(["Thoughts", "Thoughts"])
+            expect(boxes.first).not_to_have_attribute("open", "")
+            assert boxes.first.locator(".reasoning-text").text_content() == REASONING
+            expect(boxes.locator("img, b, strong")).to_have_count(0)
 
 
 def test_api_key_is_asked_for(browser: Browser, tok: Tokenizer) -> None:

@@ -1,8 +1,11 @@
 """``chatfmt chat``: an interactive terminal chat over the agent loop, rendered with rich.
 
 Replies stream as they are generated; tool calls and interpreter cells are shown with their
-results. ``/reset`` starts over, ``/exit`` (or end of input) quits. Text from the model and from
-tools is shown as plain text: no rich markup and no terminal control sequences get through.
+results. A reasoning model's thinking streams before its answer: dimmed on a terminal, and
+between ``[thinking]`` and ``[/thinking]`` lines when the output is not a terminal (a log or a
+pipe keeps no styles, so the labels say where it ends). ``/reset`` starts over, ``/exit`` (or
+end of input) quits. Text from the model and from tools, reasoning included, is shown as plain
+text: no rich markup and no terminal control sequences get through.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from ..agent import (
     ToolFinished,
     ToolRunner,
     ToolStarted,
+    TurnFinished,
 )
 from ..dialects.base import Dialect
 from ..engines.base import Engine, SamplingParams
-from ..events import TextDelta
+from ..events import ReasoningDelta, TextDelta
 from ..messages import INTERPRETER, Message
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -51,6 +55,7 @@ class _View:
         self.con = console
         self.image_dir = image_dir
         self.saved = 0
+        self.thinking = False  # reasoning is being shown and has not been closed yet
         self.Text = require("rich.text", extra="cli").Text
         self.Panel = require("rich.panel", extra="cli").Panel
         self.Syntax = require("rich.syntax", extra="cli").Syntax
@@ -61,9 +66,37 @@ class _View:
     def prompt(self) -> None:
         self.con.print("[bold green]assistant›[/bold green] ", end="")
 
+    def start_thinking(self) -> None:
+        # A terminal shows the reasoning dimmed; anything else (a file, a pipe) would lose
+        # the style, so the reasoning is set apart by labels there.
+        self.thinking = True
+        if self.con.is_terminal:
+            self.con.print(self.Text("thinking", style="dim italic"))
+        else:
+            self.con.print("[thinking]", markup=False)
+
+    def end_thinking(self) -> None:
+        """Close the reasoning being shown (the answer, a call or the turn's end follows)."""
+        if not self.thinking:
+            return
+        self.thinking = False
+        self.con.print()
+        if not self.con.is_terminal:
+            self.con.print("[/thinking]", markup=False)
+
     def show(self, item: object) -> None:
-        if isinstance(item, ModelEvent) and isinstance(item.event, TextDelta):
+        if isinstance(item, ModelEvent) and isinstance(item.event, ReasoningDelta):
+            if item.event.text:
+                if not self.thinking:
+                    self.start_thinking()
+                style = "dim" if self.con.is_terminal else ""
+                self.con.print(self.plain(item.event.text, style=style), end="")
+        elif isinstance(item, ModelEvent) and isinstance(item.event, TextDelta):
+            if item.event.text.strip():  # the answer has begun (not just a line break)
+                self.end_thinking()
             self.con.print(self.plain(item.event.text), end="")
+        elif isinstance(item, TurnFinished):
+            self.end_thinking()
         elif isinstance(item, ToolStarted):
             call = item.call
             if call.name == INTERPRETER:
@@ -175,10 +208,12 @@ def run_chat(
             except KeyboardInterrupt:
                 task.cancel()
                 loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+                view.end_thinking()
                 con.print("\n[dim]interrupted[/dim]")
                 history.pop()
                 continue
             except Exception as exc:  # engine or runtime failure: report, keep the chat alive
+                view.end_thinking()
                 con.print(view.Text("\nerror: ", style="red") + view.plain(str(exc)))
                 history.pop()
                 continue

@@ -16,7 +16,7 @@ from ..agent import (
     TurnFinished,
 )
 from ..errors import ChatFmtError
-from ..events import TextDelta, ToolCallDelta, ToolCallStart
+from ..events import ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStart
 from ..messages import INTERPRETER, Conversation, Message
 from .code_deltas import CodeDeltas
 
@@ -52,6 +52,11 @@ async def agent_events(agent: Agent, conversation: Conversation) -> AsyncIterato
                 if isinstance(ev, TextDelta):
                     if ev.text:
                         yield {"type": "text", "text": ev.text}
+                elif isinstance(ev, ReasoningDelta):
+                    # Streamed apart from the text, so the page can show it as thinking; the
+                    # turn's messages carry it too (reasoning_content), so it stays in history.
+                    if ev.text:
+                        yield {"type": "reasoning", "text": ev.text}
                 elif isinstance(ev, ToolCallStart):
                     started.append(ev.id)
                     if ev.name == INTERPRETER:

@@ -13,8 +13,9 @@
 //
 // Modules: markdown.js (Markdown to HTML), sse.js (event-stream parsing), store.js
 // (persistence), conversation.js (message rules), api.js (requests), dom.js (the two ways text
-// reaches the DOM), view.js and calls.js (blocks), live.js (the streamed message's render),
-// reply.js (a streaming reply's DOM), run.js (one agent run), meter.js (the token meter).
+// reaches the DOM), view.js and calls.js (blocks), reasoning.js (a model's reasoning, as
+// plain text in a collapsible box), live.js (the streamed message's render), reply.js (a
+// streaming reply's DOM), run.js (one agent run), meter.js (the token meter).
 
 import { authHeaders, errorText, onUnauthorized } from "./api.js";
 import { cutAfterLastUser, lastUserIndex } from "./conversation.js";

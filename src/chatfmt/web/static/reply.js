@@ -3,10 +3,11 @@
 // Why: the reply is built incrementally from the agent's events, so nothing already shown is
 // rebuilt. Text goes through LiveMarkdown (the turn being streamed re-renders at most once
 // per frame; earlier turns and messages are never re-rendered); call boxes are calls.js's,
-// textContent only.
+// textContent only; a turn's reasoning is reasoning.js's box above its text, plain text only.
 
 import { callBlock } from "./calls.js";
 import { LiveMarkdown } from "./live.js";
+import { reasoningBlock } from "./reasoning.js";
 import { assistantBlock } from "./view.js";
 
 export class ReplyView {
@@ -15,7 +16,9 @@ export class ReplyView {
     this.log = log;
     this.follow = follow;
     this.block = null; // the assistant block of the current model turn
+    this.body = null; // its text's element
     this.live = null; // its Markdown
+    this.thoughts = null; // its reasoning box, once reasoning came
     this.labelled = false; // only a reply's first block says "Assistant"
     this.calls = new Map(); // tool call id (and streaming id) -> callBlock handle
   }
@@ -23,11 +26,15 @@ export class ReplyView {
   // Text of the current turn so far ("" between turns).
   get text() { return this.live ? this.live.text : ""; }
 
+  // Reasoning of the current turn so far ("" between turns).
+  get reasoning() { return this.thoughts ? this.thoughts.text : ""; }
+
   ensureBlock() {
     if (!this.block) {
       const { block, body } = assistantBlock(!this.labelled);
       this.labelled = true;
       this.block = block;
+      this.body = body;
       this.live = new LiveMarkdown(body, this.follow);
       this.log.append(block);
     }
@@ -35,12 +42,30 @@ export class ReplyView {
 
   appendText(text) {
     this.ensureBlock();
+    if (text.trim()) this.stopThinking(); // the answer has begun
     this.live.append(text);
+  }
+
+  // More of the turn's reasoning, shown above its text (which may not have begun).
+  appendReasoning(text) {
+    this.ensureBlock();
+    if (!this.thoughts) {
+      this.thoughts = reasoningBlock(true);
+      this.block.insertBefore(this.thoughts.details, this.body);
+    }
+    this.thoughts.append(text);
+    this.follow();
+  }
+
+  // The reasoning is over for now: its box collapses to "Thought for N s".
+  stopThinking() {
+    if (this.thoughts) this.thoughts.finish();
   }
 
   // A call the model has started to write (its code streams in with appendCode()).
   startCall(id, name) {
     this.ensureBlock();
+    this.stopThinking();
     const call = callBlock(id, name, this.follow);
     this.calls.set(id, call);
     this.block.append(call.details);
@@ -75,8 +100,11 @@ export class ReplyView {
   // The model turn is complete: render its text one last time; the next turn gets its own block.
   endTurn() {
     this.flush();
+    this.stopThinking();
     this.block = null;
+    this.body = null;
     this.live = null;
+    this.thoughts = null;
   }
 
   flush() {

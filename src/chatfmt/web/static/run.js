@@ -30,6 +30,9 @@ export async function runAgent(page, signal) {
       case "text":
         view.appendText(ev.text);
         break;
+      case "reasoning":
+        view.appendReasoning(ev.text);
+        break;
       case "tool_call_start":
         view.startCall(ev.id, ev.name);
         break;
@@ -76,11 +79,17 @@ export async function runAgent(page, signal) {
     else run.error = err && err.message ? err.message : String(err);
   } finally {
     view.flush();
+    view.stopThinking();
     if (!run.done) {
-      // Keep what completed, plus the text of an unfinished turn.
+      // Keep what completed, plus the text and reasoning of an unfinished turn (reasoning
+      // alone has no content, as the server writes a turn cut off while thinking).
       const kept = consistent(run.committed);
-      const text = view.text;
-      if (text.trim() && kept.length === run.committed.length) kept.push({ role: "assistant", content: text });
+      const { text, reasoning } = view;
+      if ((text.trim() || reasoning) && kept.length === run.committed.length) {
+        const m = { role: "assistant", content: text.trim() ? text : null };
+        if (reasoning) m.reasoning_content = reasoning;
+        kept.push(m);
+      }
       state.messages = base.concat(kept);
     }
   }

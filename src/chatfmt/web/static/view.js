@@ -1,12 +1,13 @@
 // The conversation's blocks: user and assistant messages, notes and errors.
 //
 // Why: every block is built with createElement and textContent (dom.js's el()); the one HTML
-// path is an assistant message's Markdown, through setMarkdown(). A stored message is
-// rendered once, when the conversation is drawn; only a reply being streamed re-renders
-// (see live.js).
+// path is an assistant message's Markdown, through setMarkdown(); its reasoning is plain text
+// (reasoning.js). A stored message is rendered once, when the conversation is drawn; only a
+// reply being streamed re-renders (see live.js).
 
 import { callBlock } from "./calls.js";
 import { el, setMarkdown } from "./dom.js";
+import { reasoningBlock } from "./reasoning.js";
 
 export function userBlock(text) {
   const block = el("div", "msg user");
@@ -49,6 +50,9 @@ export function drawConversation(log, state, onImage) {
     } else if (m.role === "assistant") {
       const { block, body } = assistantBlock(!labelled);
       labelled = true;
+      if (typeof m.reasoning_content === "string" && m.reasoning_content) {
+        block.insertBefore(reasoningBlock(false, m.reasoning_content).details, body);
+      }
       if (m.content) setMarkdown(body, m.content);
       for (const c of m.tool_calls || []) {
         const fn = c.function || {};
