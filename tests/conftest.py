@@ -142,6 +142,13 @@ def qwen():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def qwen3_tok():  # type: ignore[no-untyped-def]
+    from chatfmt.tokenizers import load_tokenizer
+
+    return load_tokenizer("qwen3")
+
+
+@pytest.fixture(scope="session")
 def glm(chatglm3_model_path: Path):  # type: ignore[no-untyped-def]
     from chatfmt.tokenizers import load_tokenizer
 

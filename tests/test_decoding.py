@@ -192,6 +192,12 @@ HARMONY_PARTS = [
     "<|return|>", "<|call|>", "<|end|>",
 ]  # fmt: skip
 CHATML = (CHATML_CONTROLS, CHATML_PARTS)
+THINK_CONTROLS = [*CHATML_CONTROLS, "<think>", "</think>"]
+THINK_PARTS = [
+    *CHATML_PARTS,
+    "<think>", "</think>", "\n\n", "<think>\nhm, <tool_call> isopropyl\n\n", "\n</think>\n\n",
+    "<thin", "</thi",
+]  # fmt: skip
 GLM4_FAMILY = (GLM4_CONTROLS, GLM4_PARTS)
 GLM = (GLM_CONTROLS, GLM_PARTS)
 CASES = [
@@ -207,6 +213,9 @@ CASES = [
     ("mistral-v3", "mistral_v3_tok", (MISTRAL_CONTROLS, MISTRAL_PARTS)),
     ("mistral-v11", "mistral_v11_tok", (MISTRAL11_CONTROLS, MISTRAL11_PARTS)),
     ("harmony", "harmony_tok", (HARMONY_CONTROLS, HARMONY_PARTS)),
+    ("qwen3", "qwen3_tok", (THINK_CONTROLS, THINK_PARTS)),
+    ("qwq", "qwen3_tok", (THINK_CONTROLS, THINK_PARTS)),
+    ("qwq-thinking", "qwen3_tok", (THINK_CONTROLS, THINK_PARTS)),
 ]
 
 
@@ -219,6 +228,8 @@ def case(request: pytest.FixtureRequest) -> tuple[Dialect, Tokenizer, tuple[list
         tok = load_tokenizer(str(request.getfixturevalue("qwen_tokenizer_json")))
     else:
         tok = request.getfixturevalue(tok_fixture)
+    if name == "qwq-thinking":  # the prompt opened the thought: the reply starts inside it
+        return get_dialect("qwq").with_reasoning(enabled=True), tok, family
     return get_dialect(name), tok, family
 
 

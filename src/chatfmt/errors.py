@@ -60,6 +60,16 @@ class DialectPluginError(UnknownDialectError):
     clashes with a name already registered."""
 
 
+class ReasoningOptionError(ChatFmtError, ValueError):
+    """A request asked a dialect for a reasoning mode its family does not have (thinking on
+    for a model that never reasons, off for one that always does, an unknown effort level)."""
+
+    def __init__(self, message: str, *, option: str) -> None:
+        super().__init__(message)
+        #: Which control was refused: ``"thinking"`` or ``"effort"``.
+        self.option = option
+
+
 class TokenizerError(ChatFmtError):
     """A tokenizer could not be found, loaded, or lacks a control token a dialect needs."""
 

@@ -32,6 +32,18 @@ def _qwen25() -> Dialect:
     return Qwen25()
 
 
+def _qwen3() -> Dialect:
+    from .qwen3 import Qwen3
+
+    return Qwen3()
+
+
+def _qwq() -> Dialect:
+    from .qwen3 import QwQ
+
+    return QwQ()
+
+
 def _chatglm3() -> Dialect:
     from .chatglm3 import ChatGLM3
 
@@ -83,6 +95,8 @@ def _harmony() -> Dialect:
 DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "chatml": _chatml,
     "qwen2.5": _qwen25,
+    "qwen3": _qwen3,
+    "qwq": _qwq,
     "chatglm3": _chatglm3,
     "mistral-v3": _mistral_v3,
     "mistral-v7": _mistral_v7,

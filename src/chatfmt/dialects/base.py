@@ -7,11 +7,13 @@ and lives here.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from ..decoding import decode_turn, split_controls
+from ..errors import ReasoningOptionError
 from ..events import Event, FinishReason, IncompleteCall, ParseResult
 from ..grammar import Grammar, ToolLike
 from ..messages import Conversation, Message, Tool, ToolCall, as_conversation, new_call_id
@@ -20,6 +22,9 @@ from ..tokenizers.base import Piece, Tokenizer
 
 ConversationLike = Conversation | Sequence[Message | Mapping[str, Any]]
 ToolsLike = Sequence[Tool | Mapping[str, Any]] | None
+#: How a family reasons: ``never``; ``always`` (every reply thinks first); ``switch`` (thinking
+#: is turned on or off per request, as the template's ``enable_thinking`` / ``thinking`` does).
+ReasoningMode = Literal["never", "always", "switch"]
 
 
 class StreamParser(ABC):
@@ -114,6 +119,75 @@ class Dialect(ABC):
         """Whether :attr:`turns_render_independently` holds for this conversation (a dialect
         may lose the property for some histories)."""
         return self.turns_render_independently
+
+    #: How this family reasons (see :data:`ReasoningMode`).
+    reasoning: ReasoningMode = "never"
+    #: Effort levels the format itself renders (gpt-oss's ``Reasoning: high``); empty: none.
+    reasoning_efforts: tuple[str, ...] = ()
+    #: Whether replies think first (for ``switch`` families: the template's default, on).
+    thinking: bool = False
+
+    def with_reasoning(self, *, enabled: bool | None = None, effort: str | None = None) -> Dialect:
+        """This dialect for a request's reasoning controls: ``enabled`` turns thinking on or
+        off (``None``: the default), ``effort`` asks for a level (``"none"`` means off).
+
+        A family with effort levels renders the level; a family that can only switch thinking
+        takes any other level as "on" (clients such as agent CLIs send an effort to every
+        model). What the family cannot do raises :class:`ReasoningOptionError`, which names
+        what it can: thinking on for a model that never reasons, off for one that always does,
+        a level outside :attr:`reasoning_efforts`.
+        """
+        if effort is not None and effort != "none" and self.reasoning_efforts:
+            if effort not in self.reasoning_efforts:
+                raise ReasoningOptionError(
+                    f"{self.name} knows the reasoning efforts {', '.join(self.reasoning_efforts)};"
+                    f" {effort!r} is not one of them",
+                    option="effort",
+                )
+        if effort == "none":
+            if enabled is True:
+                raise ReasoningOptionError(
+                    "reasoning effort 'none' turns thinking off, but thinking was asked for; "
+                    "send one of the two",
+                    option="effort",
+                )
+            enabled = False
+        elif effort is not None and enabled is None:
+            enabled = True
+        if enabled is None or (enabled == self.thinking and not self.reasoning_efforts):
+            return self
+        if enabled and self.reasoning == "never":
+            raise ReasoningOptionError(
+                f"the {self.name} format has no reasoning: its model answers without thinking "
+                "first; remove the reasoning controls (reasoning_effort, enable_thinking, "
+                "reasoning)",
+                option="effort" if effort is not None else "thinking",
+            )
+        if not enabled and self.reasoning == "always":
+            raise ReasoningOptionError(
+                f"the {self.name} model always thinks before it answers and has no switch to "
+                "turn that off; remove the request's 'thinking off' control"
+                + (
+                    f" (or lower the effort to {self.reasoning_efforts[0]!r})"
+                    if self.reasoning_efforts
+                    else ""
+                ),
+                option="effort" if effort is not None else "thinking",
+            )
+        if self.reasoning == "never":
+            return self  # off, as it always is
+        configured = copy.copy(self)
+        configured.thinking = enabled
+        if effort is not None and effort in self.reasoning_efforts:
+            configured._set_effort(effort)
+        return configured
+
+    def _set_effort(self, effort: str) -> None:
+        """Render ``effort`` (one of :attr:`reasoning_efforts`) from now on: a dialect that
+        lists efforts implements this."""
+        raise NotImplementedError(
+            f"{type(self).__name__} lists reasoning efforts but cannot set one"
+        )
 
     # ==== Rendering ====
 

@@ -21,7 +21,7 @@ from ..grammar.gbnf import WS_PATTERN, literal
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
-from .base import Dialect
+from .base import Dialect, StreamParser
 from .parsers.hermes import HermesParser
 
 IM_START = "<|im_start|>"
@@ -65,7 +65,7 @@ class ChatML(Dialect):
     """
 
     name = "chatml"
-    controls = (IM_START, IM_END, ENDOFTEXT, TOOL_CALL, TOOL_CALL_END)
+    controls: tuple[str, ...] = (IM_START, IM_END, ENDOFTEXT, TOOL_CALL, TOOL_CALL_END)
     stop_controls = (IM_END, ENDOFTEXT)
     turns_render_independently = True
     #: System prompt used when the conversation has none (``None``: no system turn then, unless
@@ -101,25 +101,7 @@ class ChatML(Dialect):
         msgs = conversation.messages
         b = self._builder()
         blocks: list[Block] = []
-        first_system = bool(msgs) and msgs[0].role == "system"
-        start = 0
-        if first_system or conversation.tools or self.default_system is not None:
-            system = msgs[0].text if first_system else self.default_system
-            b.control(IM_START)
-            meta = msgs[0].metadata if first_system else None
-            b.text(self._header("system", meta) + "\n")
-            if conversation.tools:
-                b.text(system + "\n\n" if system is not None else "")
-                # Tool definitions are caller text: only the template's own tags are controls.
-                b.text(self._tools_section(conversation.tools))
-                b.tagged(_TOOLS_TAIL)
-            else:
-                b.text(system or "")
-            b.control(IM_END)
-            b.text("\n")
-            blocks.append(b.block((0,) if first_system else ()))
-            start = 1 if first_system else 0
-        i = start
+        i = self._render_system(b, conversation, blocks)
         n = len(msgs)
         while i < n:
             m = msgs[i]
@@ -139,6 +121,31 @@ class ChatML(Dialect):
             b.text("assistant\n")
             blocks.append(b.block())
         return blocks
+
+    def _render_system(
+        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
+    ) -> int:
+        """The system turn (with the tools, when there are any); returns the index of the first
+        message left to render."""
+        msgs = conversation.messages
+        first_system = bool(msgs) and msgs[0].role == "system"
+        if not (first_system or conversation.tools or self.default_system is not None):
+            return 0
+        system = msgs[0].text if first_system else self.default_system
+        b.control(IM_START)
+        meta = msgs[0].metadata if first_system else None
+        b.text(self._header("system", meta) + "\n")
+        if conversation.tools:
+            b.text(system + "\n\n" if system is not None else "")
+            # Tool definitions are caller text: only the template's own tags are controls.
+            b.text(self._tools_section(conversation.tools))
+            b.tagged(_TOOLS_TAIL)
+        else:
+            b.text(system or "")
+        b.control(IM_END)
+        b.text("\n")
+        blocks.append(b.block((0,) if first_system else ()))
+        return 1 if first_system else 0
 
     def _builder(self) -> BlockBuilder:
         return BlockBuilder(inline_controls=(TOOL_CALL, TOOL_CALL_END))
@@ -204,7 +211,7 @@ class ChatML(Dialect):
 
     # ==== Parsing ====
 
-    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> HermesParser:
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """A fresh parser; ``id_factory`` makes tool call ids (deterministic ones in tests)."""
         return HermesParser(
             id_factory=id_factory,

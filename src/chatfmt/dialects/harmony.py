@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Callable, Sequence
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, cast
 
 from ..errors import ValidationError
 from ..grammar import CallRules, Grammar, ToolLike, Trigger
@@ -61,6 +61,9 @@ class Harmony(Dialect):
     controls = (START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL)
     stop_controls = (RETURN, CALL)
     turns_render_independently = True
+    reasoning = "always"
+    reasoning_efforts = ("low", "medium", "high")
+    thinking = True
 
     def __init__(
         self,
@@ -76,6 +79,9 @@ class Harmony(Dialect):
         self.current_date = current_date
         self.knowledge_cutoff = knowledge_cutoff
         self.model_identity = model_identity
+
+    def _set_effort(self, effort: str) -> None:
+        self.reasoning_effort = cast(Effort, effort)
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
         check_common(conversation, strict=strict)

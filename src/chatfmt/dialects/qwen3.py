@@ -1,0 +1,231 @@
+"""Qwen3 and QwQ: ChatML with ``<think>`` reasoning and Hermes ``<tool_call>`` JSON calls.
+
+:class:`Qwen3` reproduces the published Qwen3 chat template byte for byte, and its ids with the
+Qwen3 vocabulary (Qwen2.5's plus ``<tool_response>``, ``</tool_response>``, ``<think>`` and
+``</think>`` as added tokens). Its history rule: an assistant turn keeps its reasoning only after
+the last real user query (a tool loop still in progress); earlier turns drop it. Thinking is
+switched per request (``enable_thinking``): off, the generation prompt closes an empty thought.
+
+:class:`QwQ` follows QwQ-32B's template: earlier turns drop their reasoning whatever follows, and
+the generation prompt opens the thought, closing it at once unless thinking is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..errors import ValidationError
+from ..messages import Conversation, Message
+from ..segments import Block, BlockBuilder
+from .base import StreamParser
+from .chatml import _TOOLS_TAIL, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END, ChatML, _tojson
+from .parsers.hermes import HermesParser
+from .parsers.think import ThinkParser
+
+THINK = "<think>"
+THINK_END = "</think>"
+TOOL_RESPONSE = "<tool_response>"
+TOOL_RESPONSE_END = "</tool_response>"
+_INLINE = (TOOL_CALL, TOOL_CALL_END, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
+
+
+def split_thought(message: Message) -> tuple[str, str]:
+    """An assistant message's ``(reasoning, content)`` as the Qwen templates read them: its
+    ``reasoning`` if set, else a ``<think>`` … ``</think>`` block written into its content."""
+    content = message.content or ""
+    if message.reasoning is not None:
+        return message.reasoning, content
+    if THINK_END not in content:
+        return "", content
+    head, _, _ = content.partition(THINK_END)
+    reasoning = head.rstrip("\n").split(THINK)[-1].lstrip("\n")
+    return reasoning, content.split(THINK_END)[-1].lstrip("\n")
+
+
+def last_query(messages: Sequence[Message]) -> int:
+    """The index of the last user message that is a real query (not tool results a client
+    wrote into a user turn); ``len - 1`` when there is none, as the template computes it."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "user":
+            text = m.text
+            if not (text.startswith(TOOL_RESPONSE) and text.endswith(TOOL_RESPONSE_END)):
+                return i
+    return len(messages) - 1
+
+
+class Qwen3(ChatML):
+    """Qwen3 (hybrid thinking): byte-exact with the published Qwen3 chat template."""
+
+    name = "qwen3"
+    controls = (*ChatML.controls, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
+    turns_render_independently = False  # a new query drops the reasoning of the turns before
+    reasoning = "switch"
+    thinking = True
+
+    def _check_message(self, index: int, message: Message) -> None:
+        if message.content is None and message.role != "assistant":
+            raise ValidationError(
+                f"a {message.role} message needs content for the {self.name} template; set "
+                'content to a string (it may be "")',
+                index=index,
+                rule="content",
+            )
+        if message.metadata:
+            raise ValidationError(
+                f"the {self.name} template has no header metadata and would drop it; remove "
+                "'metadata'",
+                index=index,
+                rule="metadata",
+            )
+
+    def _header(self, role: str, metadata: str | None) -> str:
+        return role  # the template writes no metadata
+
+    def _builder(self) -> BlockBuilder:
+        return BlockBuilder(inline_controls=_INLINE)
+
+    def render_blocks(
+        self, conversation: Conversation, *, add_generation_prompt: bool = True
+    ) -> list[Block]:
+        msgs = conversation.messages
+        b = self._builder()
+        blocks: list[Block] = []
+        i = self._render_system(b, conversation, blocks)
+        query = last_query(msgs)
+        n = len(msgs)
+        while i < n:
+            m = msgs[i]
+            if m.role in ("tool", "observation"):
+                i = self._render_results(b, msgs, i, blocks)
+                continue
+            b.control(IM_START)
+            if m.role == "assistant":
+                self._render_assistant(b, m, keep=i > query, last=i == n - 1)
+            else:
+                b.text(f"{m.role}\n{m.text}")
+            b.control(IM_END)
+            b.text("\n")
+            blocks.append(b.block((i,)))
+            i += 1
+        if add_generation_prompt:
+            b.control(IM_START)
+            b.text("assistant\n")
+            self._generation_prompt(b)
+            blocks.append(b.block())
+        return blocks
+
+    def _generation_prompt(self, b: BlockBuilder) -> None:
+        if not self.thinking:
+            b.tagged("<think>\n\n</think>\n\n")
+
+    def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool, last: bool) -> None:
+        reasoning, content = split_thought(m)
+        b.text("assistant\n")
+        if keep and (last or reasoning):
+            b.tagged(THINK)
+            b.text("\n" + reasoning.strip("\n") + "\n")
+            b.tagged(THINK_END)
+            b.text("\n\n" + content.lstrip("\n"))
+        else:
+            b.text(content)
+        for k, call in enumerate(m.tool_calls or ()):
+            if k or content:
+                b.text("\n")
+            self._render_call(b, call.name, call.arguments, call.raw)
+
+    def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
+        if raw is not None:
+            b.tagged(raw)  # history re-renders to the tokens the model produced
+            return
+        b.control(TOOL_CALL, required=False)
+        b.text(f'\n{{"name": "{name}", "arguments": {_tojson(arguments)}}}\n')
+        b.control(TOOL_CALL_END, required=False)
+
+    def _render_results(
+        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
+    ) -> int:
+        # Consecutive results share one user turn, one <tool_response> block each; the tags
+        # are tokens of this vocabulary, the result between them is text.
+        j = i
+        b.control(IM_START)
+        b.text("user")
+        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
+            b.text("\n")
+            b.control(TOOL_RESPONSE, required=False)
+            b.text("\n" + msgs[j].text + "\n")
+            b.control(TOOL_RESPONSE_END, required=False)
+            j += 1
+        b.control(IM_END)
+        b.text("\n")
+        blocks.append(b.block(range(i, j)))
+        return j
+
+    # ==== Parsing ====
+
+    #: Whether the generation prompt itself opens the thought (the reply starts inside it).
+    prompt_opens_thought = False
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
+        """Reasoning in ``<think>`` (when thinking is on), then text and Hermes calls."""
+        answer = HermesParser(
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            open_tag=TOOL_CALL,
+            close_tag=TOOL_CALL_END,
+        )
+        return ThinkParser(
+            answer,
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            open_tag=THINK,
+            close_tag=THINK_END,
+            started=self.thinking and self.prompt_opens_thought,
+        )
+
+
+class QwQ(Qwen3):
+    """QwQ-32B: byte-exact with its published chat template (as llama.cpp keeps it).
+
+    That template closes the thought in the generation prompt unless ``enable_thinking`` is
+    true, so thinking is off unless a request turns it on."""
+
+    name = "qwq"
+    thinking = False
+    prompt_opens_thought = True
+
+    def _render_system(
+        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
+    ) -> int:
+        msgs = conversation.messages
+        first_system = bool(msgs) and msgs[0].role == "system"
+        if not conversation.tools:
+            return super()._render_system(b, conversation, blocks)
+        b.control(IM_START)
+        b.text("system\n" + (msgs[0].text if first_system else "") + "\n\n")
+        b.text(self._tools_section(conversation.tools))
+        b.tagged(_TOOLS_TAIL)
+        b.control(IM_END)
+        b.text("\n")
+        blocks.append(b.block((0,) if first_system else ()))
+        return 1 if first_system else 0
+
+    def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool, last: bool) -> None:
+        content = m.content or ""
+        if not last:
+            content = content.split(THINK_END)[-1].lstrip("\n")
+        b.text("assistant")
+        if m.tool_calls:
+            if m.content:
+                b.text("\n" + content)
+            for call in m.tool_calls:
+                b.text("\n")
+                self._render_call(b, call.name, call.arguments, call.raw)
+        else:
+            b.text("\n" + content)
+
+    def _generation_prompt(self, b: BlockBuilder) -> None:
+        b.tagged(THINK + "\n" if self.thinking else THINK + "\n" + THINK_END)
+
+
+__all__ = ["THINK", "THINK_END", "QwQ", "Qwen3", "last_query", "split_thought"]
