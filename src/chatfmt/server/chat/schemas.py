@@ -162,6 +162,11 @@ class ChatCompletionRequest(_Lenient):
     stream_options: StreamOptions | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    #: OpenAI's reasoning level; ``"none"`` turns thinking off where the model can.
+    reasoning_effort: str | None = None
+    #: The template switches vLLM and SGLang take (``enable_thinking``, ``thinking``,
+    #: ``reasoning_effort``); chatfmt renders formats in code, so only those are understood.
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @field_validator("tool_choice", mode="before")
     @classmethod

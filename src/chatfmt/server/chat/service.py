@@ -33,6 +33,7 @@ from ..http.sse import DONE, sse_event, stream_errors
 from ..metrics import ServerMetrics
 from .continuation import Continuation, Splicer
 from .policy import CallPolicy
+from .reasoning import configure, controls_of
 from .schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -120,6 +121,9 @@ class Prepared:
     #: Tools the reply may call (``None``: any) and how many calls it may make.
     allowed_calls: frozenset[str] | None = None
     max_calls: int | None = None
+    #: The dialect as this request configured it (its reasoning controls); ``None``: the
+    #: service's own.
+    dialect: Dialect | None = None
     #: The digest of the prompt as rendered (``None`` unless asked for), how many of
     #: ``prompt_ids`` are a stored conversation's exact ids (0: all rendered), and where the
     #: reply starts in them (after the prompt, before a forced call's opening).
@@ -209,13 +213,17 @@ class ChatService:
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
         tools = self._select_tools(req)
-        grammar = self._constraint(req, tools)
+        enabled, effort = controls_of(
+            req.reasoning_effort, req.chat_template_kwargs, effort_param="reasoning_effort"
+        )
+        dialect = configure(self.dialect, enabled, effort, param="reasoning_effort")
+        grammar = self._constraint(req, tools, dialect)
         # Without a grammar, a forced call is started in the prompt instead.
-        prefill = self._forced_call(req, tools) if grammar is None else ()
+        prefill = self._forced_call(req, tools, dialect) if grammar is None else ()
         try:
             conv = Conversation(messages=tuple(messages), tools=tuple(tools))
             rendered, prefill_ids, spliced = self._render(
-                conv, prefill, _text_size(req), continuation
+                conv, prefill, _text_size(req), continuation, dialect
             )
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
@@ -255,7 +263,7 @@ class ChatService:
             top_p=1.0 if req.top_p is None else req.top_p,
             seed=req.seed,
             stop_ids=tuple(sorted(self.stop_ids)),
-            stop_strings=(*self.dialect.stop_strings(), *stops),
+            stop_strings=(*dialect.stop_strings(), *stops),
             grammar=grammar,
         )
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -280,6 +288,7 @@ class ChatService:
             pieces,
             allowed,
             1 if single else None,
+            dialect=dialect,
             view=view_of(rendered.ids) if view else None,
             exact_base=0 if spliced is None or continuation is None else len(continuation.ids),
             reply_start=len(prompt),
@@ -291,6 +300,7 @@ class ChatService:
         prefill: tuple[Segment, ...],
         size: int,
         continuation: Continuation | None = None,
+        dialect: Dialect | None = None,
     ) -> tuple[RenderedPrompt, list[int], list[int] | None]:
         """The prompt's ids, those of the forced-call prefix, and the prompt with a
         continuation's exact ids spliced in (``None``: not possible, see :meth:`.Splicer.splice`).
@@ -299,13 +309,16 @@ class ChatService:
         using it; otherwise this render takes an encoder of its own, so that no request ever
         waits behind another one's render (a small chat behind a megabyte conversation).
         """
+        dialect = dialect or self.dialect
         shared = size <= CACHED_RENDER_CHARS and self._render_lock.acquire(blocking=False)
         encoder = self._encoder if shared else BlockEncoder(self.tokenizer, max_entries=0)
         try:
-            rendered = self.dialect.render(conv, self.tokenizer, encoder=encoder)
+            rendered = dialect.render(conv, self.tokenizer, encoder=encoder)
             prefill_ids = list(encoder.encode_block(Block(prefill))) if prefill else []
             spliced = None
-            if continuation is not None:
+            # The splicer renders with the service's dialect: a request that configured its
+            # own (thinking switched) gets no splice rather than a view of another prompt.
+            if continuation is not None and dialect is self.dialect:
                 spliced = self._splicer.splice(conv, rendered.ids, continuation, encoder)
         finally:
             if shared:
@@ -344,7 +357,9 @@ class ChatService:
                 code="context_length_exceeded",
             )
 
-    def _constraint(self, req: ChatCompletionRequest, tools: list[Tool]) -> Grammar | None:
+    def _constraint(
+        self, req: ChatCompletionRequest, tools: list[Tool], dialect: Dialect
+    ) -> Grammar | None:
         """The grammar sampling must follow: the reply's JSON schema (``response_format``),
         or the dialect's call syntax for the offered tools, as far as the engine can
         enforce it. What a request requires (a format, a strict tool) and the engine cannot
@@ -360,7 +375,7 @@ class ChatService:
         wanted = forced or self.call_grammar or bool(strict)
         if wanted and (support == "lazy" or (forced and support == "full")):
             try:
-                return self.dialect.call_grammar(tools, required=forced, single=single)
+                return dialect.call_grammar(tools, required=forced, single=single)
             except SchemaError as exc:
                 # A promise the grammar cannot keep is refused, as OpenAI does; so is a schema
                 # too deep for any grammar (it would not be a working tool either).
@@ -425,14 +440,16 @@ class ChatService:
                 400, str(exc), param="response_format", code="invalid_json_schema"
             ) from None
 
-    def _forced_call(self, req: ChatCompletionRequest, tools: list[Tool]) -> tuple[Segment, ...]:
+    def _forced_call(
+        self, req: ChatCompletionRequest, tools: list[Tool], dialect: Dialect
+    ) -> tuple[Segment, ...]:
         """``tool_choice`` "required" or a named function: the dialect's call opening, so the
         model can only continue with a call (when the dialect knows how to force one)."""
         choice = req.tool_choice
         if not tools or choice is None or choice in ("auto", "none"):
             return ()
         name = None if choice == "required" else tools[0].name
-        return self.dialect.forced_call_prefix(name)
+        return dialect.forced_call_prefix(name)
 
     def _select_tools(self, req: ChatCompletionRequest) -> list[Tool]:
         defs = req.tools or []
@@ -476,7 +493,9 @@ class ChatService:
         """The generation of one reply to ``prep``, and the request's call policy, which
         filters its events (chat completions and the Responses API both drive it)."""
         policy = prep.policy()
-        decoder = TurnDecoder(self.dialect, self.tokenizer, stop_strings=prep.stop_strings)
+        decoder = TurnDecoder(
+            prep.dialect or self.dialect, self.tokenizer, stop_strings=prep.stop_strings
+        )
         driver = TurnDriver(
             self.engine,
             decoder,

@@ -36,6 +36,17 @@ INCLUDABLE = frozenset(
 )
 
 
+class Reasoning(BaseModel):
+    """The Responses API's ``reasoning``: ``effort`` maps onto the model's thinking switch or
+    level (see :mod:`chatfmt.server.chat.reasoning`); chatfmt writes no summaries, so
+    ``summary`` is accepted and reasoning items carry the whole reasoning text instead."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    effort: str | None = None
+    summary: str | None = None
+
+
 class ResponsesRequest(BaseModel):
     """The body of ``POST /v1/responses`` (fields chatfmt does not use are ignored)."""
 
@@ -56,6 +67,7 @@ class ResponsesRequest(BaseModel):
     include: list[str] | None = None
     stream: StrictBool = False
     metadata: dict[str, str] | None = None
+    reasoning: Reasoning | None = None
 
     @model_validator(mode="after")
     def _valid_text(self) -> ResponsesRequest:
@@ -294,6 +306,7 @@ def chat_request(
         "temperature": req.temperature,
         "top_p": req.top_p,
         "stream": req.stream,
+        "reasoning_effort": req.reasoning.effort if req.reasoning else None,
     }
     try:
         return ChatCompletionRequest.model_validate(
