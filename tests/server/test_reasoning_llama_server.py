@@ -125,3 +125,20 @@ def test_web_agent_streams_reasoning_events(app: Any) -> None:
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
     reasoning = "".join(e.get("text", "") for e in events if e.get("type") == "reasoning")
     assert reasoning == "Hmm"
+
+
+@pytest.mark.parametrize("engine", ["llama-server", "local"])
+def test_terminal_chat_shows_the_reasoning_apart(tiny_qwen3: Path, engine: str) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "chatfmt", "chat", "--model", str(tiny_qwen3)]
+    run = subprocess.run(
+        [*command, "--dialect", "qwen3", "--engine", engine],
+        input="Hi\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "[thinking]\nHmm\n[/thinking]\nHello" in run.stdout
