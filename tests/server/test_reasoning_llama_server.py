@@ -132,7 +132,7 @@ def test_terminal_chat_shows_the_reasoning_apart(tiny_qwen3: Path, engine: str) 
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "chatfmt", "chat", "--model", str(tiny_qwen3)]
+    command = [sys.executable, "-m", "chatfmt.cli", "chat", "--model", str(tiny_qwen3)]
     run = subprocess.run(
         [*command, "--dialect", "qwen3", "--engine", engine],
         input="Hi\n",
