@@ -58,6 +58,18 @@ def _o200k_harmony() -> Tokenizer:
     return o200k_harmony()
 
 
+def _deepseek_v3() -> Tokenizer:
+    from .deepseek import deepseek_v3
+
+    return deepseek_v3()
+
+
+def _deepseek_v4() -> Tokenizer:
+    from .deepseek import deepseek_v4
+
+    return deepseek_v4()
+
+
 TOKENIZER_CONSTRUCTORS: dict[str, Callable[[], Tokenizer]] = {
     "cl100k_base": _cl100k,
     "o200k_base": _o200k,
@@ -65,6 +77,8 @@ TOKENIZER_CONSTRUCTORS: dict[str, Callable[[], Tokenizer]] = {
     "qwen2.5": _qwen25,
     "qwen3": _qwen3,
     "qwen3.5": _qwen35,
+    "deepseek-v3": _deepseek_v3,
+    "deepseek-v4": _deepseek_v4,
 }
 
 
@@ -76,7 +90,7 @@ def list_tokenizers() -> list[str]:
 @functools.lru_cache(maxsize=16)
 def load_tokenizer(name_or_path: str) -> Tokenizer:
     """A tokenizer by name (``cl100k_base``, ``o200k_base``, ``o200k_harmony``, ``qwen2.5``,
-    ``qwen3``, ``qwen3.5``) or by path.
+    ``qwen3``, ``qwen3.5``, ``deepseek-v3``, ``deepseek-v4``) or by path.
 
     Paths: ``tokenizer.model`` (SentencePiece, ChatGLM3 layout; or, as Meta ships Llama 3's,
     a tiktoken rank file), ``tokenizer.json`` (Hugging Face), ``*.tiktoken`` (rank file),

@@ -1,0 +1,590 @@
+"""DeepSeek's two call syntaxes: parsers for one turn's answer, and grammars for constraint.
+
+- Special tokens (R1, V3.1): ``text<｜tool▁calls▁begin｜>`` then calls
+  ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>`` and ``<｜tool▁calls▁end｜>``.
+  R1 writes ``function<｜tool▁sep｜>NAME\\n```json\\n{…}\\n```<｜tool▁call▁end｜>`` with a newline
+  between calls (``fenced``). The tokens arrive as control pieces (the decode pipeline splits
+  them out of text), so only the name, the fence and the JSON are text.
+- DSML (V3.2, V4): ``text\\n\\n<｜DSML｜function_calls>`` (V4: ``tool_calls``), then per call
+  ``<｜DSML｜invoke name="NAME">`` with one ``<｜DSML｜parameter name="K" string="true|false">V
+  </｜DSML｜parameter>`` per argument (a raw string, or a JSON value), ``</｜DSML｜invoke>``. The
+  markers are text around the ``｜DSML｜`` token, so this parser reads a character stream
+  (control tokens as their text) and holds back what may be the start of a marker.
+
+A call is announced when its name is whole and ends complete only when its arguments close (the
+JSON object; the ``</｜DSML｜invoke>`` tag); one that does not is incomplete (:mod:`.calls`).
+Output that does not parse degrades to text with a warning; never raises on model output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from ...decoding import held_suffix
+from ...events import Event, Finish, ParseResult, TextDelta
+from ...grammar import Grammar, ToolLike, Trigger
+from ...grammar.calls import CallRules
+from ...grammar.gbnf import literal
+from ...grammar.schema import SchemaConverter
+from ...jsonscan import WS, CallScanner
+from ..base import StreamParser, finish_reason_for, single_message_result
+from .calls import CallStream, cut_problem
+
+BOS = "<｜begin▁of▁sentence｜>"
+EOS = "<｜end▁of▁sentence｜>"
+CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
+CALLS_END = "<｜tool▁calls▁end｜>"
+CALL_BEGIN = "<｜tool▁call▁begin｜>"
+CALL_END = "<｜tool▁call▁end｜>"
+SEP = "<｜tool▁sep｜>"
+DSML = "｜DSML｜"
+FENCE_OPEN = "```json\n"
+FENCE_CLOSE = "\n```"
+_NAME = re.compile(r"[^\s\"'<>\\]+\Z")
+
+
+def valid_name(name: str) -> bool:
+    """A tool name as these formats write it: no whitespace, quotes, angle brackets."""
+    return bool(_NAME.match(name))
+
+
+class _Output:
+    """Text and calls of one turn (shared by both parsers)."""
+
+    _content: list[str]
+    _events: list[Event]
+    _calls: CallStream
+    _warnings: list[str]
+    _finish: Literal["stop", "length"] | None
+
+    def _emit(self, event: Event) -> None:
+        self._events.append(event)
+
+    def _out(self, text: str) -> None:
+        if text:
+            self._content.append(text)
+            self._events.append(TextDelta(text))
+
+    def _take(self) -> list[Event]:
+        out, self._events = self._events, []
+        return out
+
+    def result(self) -> ParseResult:
+        calls = self._calls
+        return single_message_result(
+            self._content, calls.complete, self._finish, self._warnings, calls.incomplete
+        )
+
+
+# ==== Special tokens (R1, V3.1) ====
+
+# Modes: text; inside the calls block (between calls); a call's head (R1's type, then the
+# name); the name; before the arguments (R1's fence); the arguments; after them, up to
+# <｜tool▁call▁end｜>; after a broken call (ignored).
+_TEXT, _BLOCK, _TYPE, _NAME_M, _PRE, _ARGS, _TAIL, _SKIP = range(8)
+
+
+class SpecialCallsParser(_Output, StreamParser):
+    """One answer in R1's or V3.1's call syntax (``fenced``: R1's)."""
+
+    def __init__(
+        self,
+        *,
+        id_factory: Callable[[], str] | None = None,
+        stop_controls: Sequence[str] = (),
+        fenced: bool = False,
+    ) -> None:
+        super().__init__(id_factory=id_factory, stop_controls=stop_controls)
+        self._fenced = fenced
+        self._mode = _TEXT
+        self._raw: list[str] = []  # the block's text since its last call, kept for degrading
+        self._head: list[str] = []  # the type or name being read
+        self._pre = ""  # text before the arguments (R1's fence), undecided
+        self._scan: CallScanner | None = None
+        self._fed = 0
+        self._in_block = 0  # calls that ended in this block
+        self._noted_tail = self._noted_skip = False
+        self._events: list[Event] = []
+        self._content: list[str] = []
+        self._calls = CallStream(self._new_id, self._emit, self._warnings, raw_in_calls=False)
+
+    # ==== Input ====
+
+    def on_control(self, token: str) -> list[Event]:
+        mode = self._mode
+        if token == CALLS_BEGIN and mode in (_TEXT, _SKIP):
+            self._mode, self._raw, self._in_block = _BLOCK, [token], 0
+        elif token == CALL_BEGIN and mode in (_BLOCK, _TAIL):
+            self._raw.append(token)
+            self._head = []
+            self._mode = _TYPE if self._fenced else _NAME_M
+        elif token == SEP and mode in (_TYPE, _NAME_M) and not (self._fenced and mode == _NAME_M):
+            self._raw.append(token)
+            if self._fenced:
+                self._mode, self._head = _NAME_M, []  # the type ("function") is not kept
+            else:
+                self._name_done()
+        elif token == CALL_END and mode == _TAIL:
+            self._mode = _BLOCK
+        elif token == CALLS_END and mode in (_BLOCK, _TAIL):
+            if not self._in_block:
+                self._degrade("the tool calls block holds no call")
+            self._mode = _TEXT
+        elif mode == _ARGS and self._calls.open is not None:
+            # A call token inside the arguments: the model left them unfinished.
+            self._break("is unterminated")
+            self._mode = _SKIP if token != CALLS_BEGIN else _BLOCK
+            if token == CALLS_BEGIN:
+                self._raw, self._in_block = [token], 0
+        elif mode == _SKIP:
+            pass
+        elif mode == _TEXT:
+            self._out(token)
+        else:
+            self._degrade(f"unexpected {token} in a tool call")
+            if mode != _TAIL:
+                self._out(token)
+        return self._take()
+
+    def on_text(self, text: str) -> list[Event]:
+        mode = self._mode
+        if mode == _TEXT:
+            self._out(text)
+        elif mode in (_BLOCK, _TAIL):
+            self._between(text)
+        elif mode in (_TYPE, _NAME_M):
+            self._on_head(text)
+        elif mode == _PRE:
+            self._on_pre(text)
+        elif mode == _ARGS:
+            self._on_args(text)
+        elif text.strip(WS) and not self._noted_skip:
+            self._noted_skip = True
+            self._warnings.append("the output after the malformed call was ignored")
+        return self._take()
+
+    def _between(self, text: str) -> None:
+        if self._mode == _TAIL:
+            if self._fenced and not self._noted_tail and text.strip(WS).strip("`"):
+                self._note_tail()
+            elif not self._fenced and text.strip(WS):
+                self._note_tail()
+            return
+        self._raw.append(text)
+        if text.strip(WS):
+            if self._in_block:
+                self._note_tail()
+            else:
+                self._degrade("expected a tool call after <｜tool▁calls▁begin｜>")
+
+    def _note_tail(self) -> None:
+        if not self._noted_tail:
+            self._noted_tail = True
+            self._warnings.append("text after a tool call's arguments was ignored")
+
+    def _on_head(self, text: str) -> None:
+        self._raw.append(text)
+        if self._mode == _TYPE:
+            self._head.append(text)
+            return
+        if self._fenced and "\n" in text:  # R1: the name ends at the newline
+            at = text.index("\n")
+            self._head.append(text[:at])
+            self._name_done()
+            if self._mode == _PRE:
+                self._on_pre(text[at + 1 :])
+            return
+        self._head.append(text)
+        name = "".join(self._head).strip(WS)
+        if name and not valid_name(name) and not self._fenced:
+            self._degrade(f"tool call name {name!r} is not a function name")
+
+    def _name_done(self) -> None:
+        name = "".join(self._head).strip(WS)
+        if valid_name(name):
+            self._mode, self._pre, self._scan, self._fed = _PRE, "", None, 0
+        else:
+            self._degrade(f"tool call name {name!r} is not a function name")
+
+    def _on_pre(self, text: str) -> None:
+        """Up to the arguments' ``{``: R1's fence line, blank space."""
+        self._pre = pre = self._pre + text
+        body = pre.lstrip(WS)
+        if self._fenced and body.startswith("`"):
+            if not (FENCE_OPEN.startswith(body) or body.startswith(FENCE_OPEN)):
+                self._degrade("a tool call's arguments are not a JSON object")
+                return
+            if not body.startswith(FENCE_OPEN):
+                return  # the fence is still arriving
+            body = body[len(FENCE_OPEN) :].lstrip(WS)
+        if not body:
+            return
+        if body[0] != "{":
+            self._degrade("a tool call's arguments are not a JSON object")
+            return
+        self._raw.append(pre[: len(pre) - len(body)])
+        self._pre = ""
+        self._mode = _ARGS
+        self._scan = CallScanner()
+        self._scan.feed('{"arguments": ')
+        self._calls.start("".join(self._head).strip(WS))
+        self._on_args(body)
+
+    def _on_args(self, text: str) -> None:
+        scan = self._scan
+        assert scan is not None
+        n = scan.feed(text)
+        fed, self._fed = self._fed, self._fed + len(text)
+        self._calls.flush(scan)
+        call = self._calls.open
+        assert call is not None
+        if scan.args_state == "done":
+            # The scanner read on past the object; what it read there is after the call.
+            used = sum(map(len, call.arguments)) - fed
+            self._raw.append(text[:used])
+            self._calls.end()
+            self._record()
+            self._in_block += 1
+            self._mode = _TAIL
+            self._between(text[used:])
+        elif scan.error is not None:
+            self._raw.append(text[:n])
+            self._break(f"has malformed JSON ({scan.error})")
+            self._warnings.append("the output after the malformed call was ignored")
+            self._mode, self._noted_skip = _SKIP, True
+        else:
+            self._raw.append(text)
+
+    # ==== Output ====
+
+    def _record(self) -> None:
+        self._calls.record("".join(self._raw))
+        self._scan, self._raw = None, []
+
+    def _break(self, problem: str) -> None:
+        if self._scan is not None:
+            self._calls.flush(self._scan)
+        self._calls.cut(problem)
+        self._record()
+
+    def _degrade(self, reason: str) -> None:
+        """What followed the calls token (or the last call) is not a call: it is text."""
+        self._warnings.append(f"{reason}; kept as text")
+        text = "".join(self._raw) + self._pre
+        self._raw, self._mode, self._pre = [], _TEXT, ""
+        self._out(text)
+
+    # ==== End ====
+
+    def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
+        cut = cut_problem(reason)
+        if self._mode == _ARGS and self._calls.open is not None:
+            self._break(cut)
+        elif self._mode in (_TYPE, _NAME_M, _PRE) or (self._mode == _BLOCK and not self._in_block):
+            self._degrade(f"the tool call {cut}")
+        self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
+        return self._take()
+
+
+# ==== DSML (V3.2, V4) ====
+
+_D_TEXT, _D_BLOCK, _D_NAME, _D_INVOKE, _D_KEY, _D_VALUE, _D_AFTER, _D_SKIP = range(8)
+
+
+class DSMLCallsParser(_Output, StreamParser):
+    """One answer with DSML calls in a ``block`` (``function_calls``: V3.2; ``tool_calls``:
+    V4). The blank line the format puts before the block is layout, not content."""
+
+    def __init__(
+        self,
+        *,
+        id_factory: Callable[[], str] | None = None,
+        stop_controls: Sequence[str] = (),
+        block: str = "function_calls",
+    ) -> None:
+        super().__init__(id_factory=id_factory, stop_controls=stop_controls)
+        self._open = f"<{DSML}{block}>"
+        self._close = f"</{DSML}{block}>"
+        self._invoke = f'<{DSML}invoke name="'
+        self._invoke_end = f"</{DSML}invoke>"
+        self._param = f'<{DSML}parameter name="'
+        self._param_end = f"</{DSML}parameter>"
+        self._mode = _D_TEXT
+        self._buf = ""  # undecided text: a possible marker, or newlines before the block
+        self._raw: list[str] = []  # the block's text since its last call, kept for degrading
+        self._key = ""
+        self._string = True
+        self._value: list[str] = []
+        self._params = 0  # parameters of the open call so far
+        self._kind_pending = False  # the string="…" attribute's value is still to come
+        self._in_block = 0
+        self._noted_skip = False
+        self._events: list[Event] = []
+        self._content: list[str] = []
+        self._calls = CallStream(self._new_id, self._emit, self._warnings, raw_in_calls=False)
+
+    # ==== Input ====
+
+    def on_text(self, text: str) -> list[Event]:
+        self._buf += text
+        while self._buf and self._step():
+            pass
+        return self._take()
+
+    def _step(self) -> bool:
+        """Consume what can be decided of the buffer; ``False``: wait for more."""
+        mode, buf = self._mode, self._buf
+        if mode == _D_TEXT:
+            at = buf.find(self._open)
+            if at < 0:
+                keep = held_suffix(buf, (self._open,))
+                # Trailing newlines are held too: the blank line before a block is layout.
+                body = buf[: len(buf) - keep].rstrip("\n")
+                self._out(body)
+                self._buf = buf[len(body) :]
+                return False
+            before = buf[:at]
+            self._out(before[:-2] if before.endswith("\n\n") else before)
+            self._mode, self._raw, self._in_block = _D_BLOCK, [self._open], 0
+            self._buf = buf[at + len(self._open) :]
+            return True
+        if mode == _D_SKIP:
+            if buf.strip(WS) and not self._noted_skip:
+                self._noted_skip = True
+                self._warnings.append("the output after the malformed call was ignored")
+            self._buf = ""
+            return False
+        if mode == _D_VALUE:
+            return self._on_value()
+        if mode in (_D_NAME, _D_KEY):
+            end = '">' if mode == _D_NAME else '" string="'
+            at = buf.find(end)
+            if at < 0:
+                if "\n" in buf or "<" in buf:
+                    self._broken("a malformed tag")
+                return False
+            self._raw.append(buf[: at + len(end)])
+            self._buf = buf[at + len(end) :]
+            if mode == _D_NAME:
+                self._start(buf[:at])
+            else:
+                self._key = buf[:at]
+                self._mode = _D_VALUE
+                self._string = True
+                self._value = []
+                self._kind_pending = True
+            return True
+        # Between tags: _D_BLOCK (before an invoke or the close), _D_INVOKE (before a
+        # parameter or the invoke's end), _D_AFTER (text after the block).
+        body = buf.lstrip(WS)
+        if mode == _D_AFTER:
+            self._mode = _D_TEXT
+            return True
+        if not body:
+            self._raw.append(buf)
+            self._buf = ""
+            return False
+        tags = (
+            (self._invoke, self._close) if mode == _D_BLOCK else (self._param, self._invoke_end)
+        )
+        for tag in tags:
+            if body.startswith(tag):
+                self._raw.append(buf[: len(buf) - len(body) + len(tag)])
+                self._buf = body[len(tag) :]
+                self._on_tag(tag)
+                return True
+        if any(tag.startswith(body) for tag in tags):
+            return False  # a tag still arriving
+        self._broken("expected a DSML tag")
+        return True
+
+    def on_control(self, token: str) -> list[Event]:
+        return self.on_text(token)  # the DSML token is part of the markers' text
+
+    def _on_tag(self, tag: str) -> None:
+        if tag == self._invoke:
+            self._mode = _D_NAME
+        elif tag == self._close:
+            self._mode = _D_AFTER if self._in_block else _D_TEXT
+            if not self._in_block:
+                self._warnings.append("the tool calls block holds no call")
+        elif tag == self._param:
+            self._mode = _D_KEY
+        else:  # the invoke's end: the call is whole
+            self._calls.stream("}" if self._params else "{}")
+            self._calls.end()
+            self._record()
+            self._in_block += 1
+            self._mode = _D_BLOCK
+
+    def _start(self, name: str) -> None:
+        if not valid_name(name):
+            self._broken(f"tool call name {name!r} is not a function name")
+            return
+        self._calls.start(name)
+        self._params = 0
+        self._mode = _D_INVOKE
+
+    def _on_value(self) -> bool:
+        buf = self._buf
+        if self._kind_pending:
+            for kind in ('true">', 'false">'):
+                if buf.startswith(kind):
+                    self._raw.append(kind)
+                    self._string = kind == 'true">'
+                    self._buf = buf = buf[len(kind) :]
+                    self._kind_pending = False
+                    self._open_value()
+                    break
+            else:
+                if not ('true">'.startswith(buf) or 'false">'.startswith(buf)):
+                    self._broken("a parameter's string attribute is not true or false")
+                    return True
+                return False
+        at = buf.find(self._param_end)
+        part = buf if at < 0 else buf[:at]
+        keep = held_suffix(part, (self._param_end,)) if at < 0 else 0
+        part = part[: len(part) - keep]
+        self._raw.append(part)
+        self._value.append(part)
+        if self._string:
+            self._calls.stream(json.dumps(part, ensure_ascii=False)[1:-1])
+        if at < 0:
+            self._buf = buf[len(part) :]
+            return False
+        self._raw.append(self._param_end)
+        self._buf = buf[at + len(self._param_end) :]
+        self._close_value()
+        return True
+
+    def _open_value(self) -> None:
+        head = ", " if self._params else "{"
+        if self._string:
+            self._calls.stream(f"{head}{json.dumps(self._key, ensure_ascii=False)}: \"")
+
+    def _close_value(self) -> None:
+        if self._string:
+            self._calls.stream('"')
+        else:
+            text = "".join(self._value)
+            try:
+                value = json.loads(text)
+            except (ValueError, RecursionError):
+                self._broken(f"parameter {self._key!r} is not JSON")
+                return
+            head = ", " if self._params else "{"
+            key = json.dumps(self._key, ensure_ascii=False)
+            self._calls.stream(f"{head}{key}: {json.dumps(value, ensure_ascii=False)}")
+        self._params += 1
+        self._mode = _D_INVOKE
+
+    # ==== Output ====
+
+    def _record(self) -> None:
+        self._calls.record("".join(self._raw))
+        self._raw = []
+
+    def _broken(self, reason: str) -> None:
+        """The block does not parse here: an open call ends incomplete and the rest is
+        ignored; before any call, the block is text."""
+        if self._calls.open is not None:
+            self._calls.cut(f"has {reason}")
+            self._record()
+            self._warnings.append("the output after the malformed call was ignored")
+            self._mode, self._noted_skip, self._buf = _D_SKIP, True, ""
+            return
+        if self._in_block:
+            self._warnings.append(f"{reason} after a tool call; the rest was ignored")
+            self._mode, self._noted_skip, self._buf = _D_SKIP, True, ""
+            return
+        self._warnings.append(f"{reason}; kept as text")
+        text = "".join(self._raw) + self._buf
+        self._raw, self._buf, self._mode = [], "", _D_TEXT
+        self._out(text)
+
+    # ==== End ====
+
+    def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
+        cut = cut_problem(reason)
+        if self._mode == _D_TEXT:
+            self._out(self._buf)
+        elif self._mode == _D_AFTER:
+            self._out(self._buf.lstrip(WS))
+        elif self._calls.open is not None:
+            if self._mode == _D_VALUE and not self._kind_pending:
+                # What was held as a possible closing tag is the value's text after all.
+                self._raw.append(self._buf)
+                if self._string:
+                    self._calls.stream(json.dumps(self._buf, ensure_ascii=False)[1:-1])
+            self._calls.cut(cut)
+            self._record()
+        elif self._mode != _D_SKIP and not self._in_block:
+            self._broken(f"the tool call {cut}")
+        self._buf = ""
+        self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
+        return self._take()
+
+
+# ==== Grammars ====
+
+
+def special_call_grammar(
+    tools: Sequence[ToolLike], *, fenced: bool, required: bool, single: bool
+) -> Grammar:
+    """R1's or V3.1's calls of ``tools``: lazy from ``<｜tool▁calls▁begin｜>`` unless
+    ``required``."""
+    c = CallRules(tools)
+    alts = []
+    for t in c.tools:
+        if fenced:
+            head = f'{literal(CALL_BEGIN)} "function" {literal(SEP)} {literal(t.name + chr(10))}'
+            body = f"{literal(FENCE_OPEN)} {c.arguments(t)} {literal(FENCE_CLOSE)}"
+        else:
+            head = f"{literal(CALL_BEGIN)} {literal(t.name)} {literal(SEP)}"
+            body = c.arguments(t)
+        alts.append(c.rules.add(f"call-{t.name}", f"{head} {body} {literal(CALL_END)}"))
+    call = c.rules.add("call", " | ".join(alts))
+    sep = '"\\n"' if fenced else ""
+    many = call if single else f"{call} ({sep} {call})*"
+    body = f"{literal(CALLS_BEGIN)} {many} {literal(CALLS_END)}"
+    triggers = () if required else (Trigger("word", CALLS_BEGIN),)
+    return c.grammar(
+        body, triggers=triggers, preserved=(CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
+    )
+
+
+def dsml_call_grammar(
+    tools: Sequence[ToolLike], *, block: str, required: bool, single: bool
+) -> Grammar:
+    """DSML calls of ``tools`` in a ``block``: each parameter one of the tool's declared
+    properties, a string property as raw text without ``<``, any other a JSON value of its
+    schema. Which properties are required is not enforced (the parser checks nothing either);
+    lazy from the block's opening tag unless ``required``."""
+    c = CallRules(tools)
+    d = literal(DSML)
+    alts = []
+    for t in c.tools:
+        schema = t.function.get("parameters") or {"type": "object", "properties": {}}
+        conv = SchemaConverter(c.rules, schema, strict=t.function.get("strict") is True)
+        params = []
+        for key, prop in (schema.get("properties") or {}).items():
+            is_string = isinstance(prop, dict) and prop.get("type") == "string"
+            value = "[^<]*" if is_string else conv.value(prop, f"{t.name}-{key}")
+            open_tag = f'parameter name="{key}" string="{"true" if is_string else "false"}">'
+            params.append(
+                f'"<" {d} {literal(open_tag)} {value} "</" {d} "parameter>\\n"'
+            )
+        param = c.rules.add(f"params-{t.name}", " | ".join(params)) if params else None
+        invoke = f'"<" {d} {literal(f"invoke name={json.dumps(t.name)}>" + chr(10))}'
+        rule = f"{invoke} {param + '*' if param else ''} \"</\" {d} \"invoke>\\n\""
+        alts.append(c.rules.add(f"call-{t.name}", rule))
+    call = c.rules.add("call", " | ".join(alts))
+    many = call if single else f"{call}+"
+    open_tag = f'"<" {d} {literal(block + ">" + chr(10))}'
+    body = f'{open_tag} {many} "</" {d} {literal(block + ">")}'
+    trigger = f"<{DSML}{block}>"
+    triggers = () if required else (Trigger("word", trigger),)
+    return c.grammar(body, triggers=triggers, preserved=(DSML,))
