@@ -41,7 +41,7 @@ TOOLS = [Tool(definition=WEATHER), Tool(definition=CLOCK)]
 ARGS = {"city": 'Paris, Île-de-France "FR"', "unit": "celsius", "days": 3}
 CALLING = [
     "qwen2.5", "chatml", "llama3", "mistral-v3", "mistral-v7", "mistral-v11", "chatglm3", "glm4",
-    "harmony",
+    "harmony", "qwen3",
 ]  # fmt: skip
 
 
@@ -234,3 +234,28 @@ def test_names_that_are_hard_for_grammars_and_patterns(judge: GrammarOracle) -> 
         assert judge.accepts(g.gbnf, text), text
     assert judge.accepts(g.gbnf, '{"name": "a.b(c)", "arguments": {"z": 1}}')  # undeclared
     assert not judge.accepts(g.gbnf, '{"name": "wetter-ö", "arguments": {"z": 1}}')
+
+
+def test_a_thinking_model_may_think_before_a_required_call_or_an_answer(
+    judge: GrammarOracle,
+) -> None:
+    qwen3 = get_dialect("qwen3")
+    # The history's last turn shows an empty thought (the template's rule): the call is after.
+    call = output_of(qwen3, [("get_weather", ARGS)]).split("</think>\n\n")[-1]
+    thought = "<think>\nThe user wants Paris; a < b, </b> is no close tag.\n</think>\n\n"
+    required = qwen3.call_grammar(TOOLS, required=True)
+    assert judge.accepts(required.gbnf, thought + call)
+    assert judge.accepts(required.gbnf, call)  # thinking is optional
+    assert not judge.accepts(required.gbnf, thought + "It is sunny.")
+    assert {"<think>", "</think>"} <= set(required.preserved)
+    words = qwen3.answer_grammar()
+    assert judge.accepts(words.gbnf, thought + "It is sunny.")
+    assert not judge.accepts(words.gbnf, thought + call)
+    # Thinking off: the grammars are the plain ones (the prompt closed an empty thought).
+    off = qwen3.with_reasoning(enabled=False)
+    assert not judge.accepts(off.call_grammar(TOOLS, required=True).gbnf, thought + call)
+    # The prompt opened the thought (QwQ thinking): the reply starts inside it.
+    qwq = get_dialect("qwq").with_reasoning(enabled=True)
+    opened = qwq.call_grammar(TOOLS, required=True)
+    inside = "Paris, then.\n</think>\n\n" + call
+    assert judge.accepts(opened.gbnf, inside)

@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..errors import ValidationError
+from ..grammar import Grammar, ToolLike, thought_first
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder
-from .base import StreamParser
+from .base import ReasoningMode, StreamParser
 from .chatml import _TOOLS_TAIL, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END, ChatML, _tojson
 from .parsers.hermes import HermesParser
 from .parsers.think import ThinkParser
@@ -60,7 +61,7 @@ class Qwen3(ChatML):
     name = "qwen3"
     controls = (*ChatML.controls, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
     turns_render_independently = False  # a new query drops the reasoning of the turns before
-    reasoning = "switch"
+    reasoning: ReasoningMode = "switch"
     thinking = True
 
     def _check_message(self, index: int, message: Message) -> None:
@@ -92,7 +93,7 @@ class Qwen3(ChatML):
         b = self._builder()
         blocks: list[Block] = []
         i = self._render_system(b, conversation, blocks)
-        query = last_query(msgs)
+        query = self._last_query(msgs)
         n = len(msgs)
         while i < n:
             m = msgs[i]
@@ -103,7 +104,7 @@ class Qwen3(ChatML):
             if m.role == "assistant":
                 self._render_assistant(b, m, keep=i > query, last=i == n - 1)
             else:
-                b.text(f"{m.role}\n{m.text}")
+                b.text(f"{m.role}\n{self._text(m)}")
             b.control(IM_END)
             b.text("\n")
             blocks.append(b.block((i,)))
@@ -114,6 +115,14 @@ class Qwen3(ChatML):
             self._generation_prompt(b)
             blocks.append(b.block())
         return blocks
+
+    def _last_query(self, msgs: Sequence[Message]) -> int:
+        """Where the history rule cuts: turns after this index keep their reasoning."""
+        return last_query(msgs)
+
+    def _text(self, m: Message) -> str:
+        """A user or tool message's text as the template writes it."""
+        return m.text
 
     def _generation_prompt(self, b: BlockBuilder) -> None:
         if not self.thinking:
@@ -153,7 +162,7 @@ class Qwen3(ChatML):
         while j < len(msgs) and msgs[j].role in ("tool", "observation"):
             b.text("\n")
             b.control(TOOL_RESPONSE, required=False)
-            b.text("\n" + msgs[j].text + "\n")
+            b.text("\n" + self._text(msgs[j]) + "\n")
             b.control(TOOL_RESPONSE_END, required=False)
             j += 1
         b.control(IM_END)
@@ -161,26 +170,45 @@ class Qwen3(ChatML):
         blocks.append(b.block(range(i, j)))
         return j
 
+    # ==== Grammars: a thinking reply opens with its thought ====
+
+    def call_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        grammar = super().call_grammar(tools, required=required, single=single)
+        return self._after_thought(grammar)
+
+    def answer_grammar(self) -> Grammar:
+        return self._after_thought(super().answer_grammar())
+
+    def _after_thought(self, grammar: Grammar) -> Grammar:
+        if not self.thinking:
+            return grammar
+        return thought_first(grammar, THINK, THINK_END, opened=self.prompt_opens_thought)
+
     # ==== Parsing ====
 
     #: Whether the generation prompt itself opens the thought (the reply starts inside it).
     prompt_opens_thought = False
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
-        """Reasoning in ``<think>`` (when thinking is on), then text and Hermes calls."""
-        answer = HermesParser(
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=TOOL_CALL,
-            close_tag=TOOL_CALL_END,
-        )
+        """Reasoning in ``<think>`` (when thinking is on), then the answer's text and calls."""
         return ThinkParser(
-            answer,
+            self._answer_parser(id_factory),
             id_factory=id_factory,
             stop_controls=self.stop_controls,
             open_tag=THINK,
             close_tag=THINK_END,
             started=self.thinking and self.prompt_opens_thought,
+        )
+
+    def _answer_parser(self, id_factory: Callable[[], str] | None) -> StreamParser:
+        """The parser of what follows the thought: text and Hermes calls."""
+        return HermesParser(
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            open_tag=TOOL_CALL,
+            close_tag=TOOL_CALL_END,
         )
 
 

@@ -8,7 +8,7 @@
 """
 
 from ..errors import SchemaError
-from .calls import ANY_OBJECT, WORDS, CallRules, ToolLike, json_grammar
+from .calls import ANY_OBJECT, WORDS, CallRules, ToolLike, json_grammar, thought_first
 from .gbnf import Grammar, Rules, Trigger
 from .schema import SchemaConverter
 
@@ -23,4 +23,5 @@ __all__ = [
     "ToolLike",
     "Trigger",
     "json_grammar",
+    "thought_first",
 ]

@@ -172,3 +172,40 @@ class CallRules:
 def _class_char(c: str) -> str:
     """``c`` inside a GBNF character class (llama.cpp reads ``\\]``, ``\\\\``, ``\\x..``)."""
     return f"\\x{ord(c):02X}" if c in "]\\^-[" or ord(c) < 0x20 else c
+
+
+def thought_first(
+    grammar: Grammar, open_tag: str, close_tag: str, *, opened: bool = False
+) -> Grammar:
+    """``grammar`` (a whole-reply one: a required call, an answer in words) with an optional
+    thought before it, for a model that thinks first: ``open_tag`` … ``close_tag`` and the
+    blank lines after it. ``opened``: the prompt already opened the thought, so the reply
+    starts inside it and must close it. A lazy grammar is returned as it is: it only starts
+    at its trigger, whatever came before.
+
+    The thought may hold any text except ``<`` followed by ``/`` and the close tag's next
+    character (the grammar cannot say "anything but the close tag" in one rule); the close
+    tag matches by text, so it is ``preserved`` for engines that see it as one token.
+    """
+    if grammar.lazy:
+        return grammar
+    lines = grammar.gbnf.splitlines()
+    if not lines or not lines[0].startswith("root ::= "):
+        raise ValueError("thought_first needs a grammar whose first rule is root")
+    if len(close_tag) < 3 or not close_tag.startswith("</"):
+        raise ValueError(f"thought_first needs an XML-like close tag, got {close_tag!r}")
+    third = close_tag[2]
+    body = f'( [^<] | "<" [^/] | "</" [^{third}] )*'
+    thought = f"{body} {literal(close_tag)} [\\n]*"
+    head = thought if opened else f"( {literal(open_tag)} {thought} )?"
+    rules = [
+        f"root ::= {head} answer-after-thought",
+        "answer-after-thought ::= " + lines[0][len("root ::= ") :],
+        *lines[1:],
+    ]
+    return Grammar(
+        "\n".join(rules) + "\n",
+        lazy=False,
+        triggers=grammar.triggers,
+        preserved=(*grammar.preserved, open_tag, close_tag),
+    )
