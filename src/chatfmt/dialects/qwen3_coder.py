@@ -1,0 +1,410 @@
+"""Qwen3-Coder and Qwen3.5: ChatML with calls written as XML (``<function=…>``, ``<parameter=…>``).
+
+:class:`Qwen3Coder` reproduces the published Qwen3-Coder chat template byte for byte (ids: the
+Qwen3 vocabulary). It does not reason. Its tools are described in the system turn as XML, one
+``<function>`` element per tool, every schema keyword it does not name written as its own
+element.
+
+:class:`Qwen35` reproduces the Qwen3.5 template (ids: the Qwen3.5 vocabulary): tools as JSON in
+``<tools>``, the system text after the tool instructions, every message's text trimmed, and
+Qwen3's history rule (reasoning kept only after the last real user query), where every turn
+after that query shows its thought, empty or not. The generation prompt opens the thought, or
+closes an empty one when thinking is off.
+
+Both write a call's values as the templates do (``parsers/xmlcalls.render_value``) and read them
+back typed by the tools' schemas: :meth:`~XMLCallsMixin.with_tools` gives a dialect whose parser
+knows a request's tools; without it values that look like JSON are read as JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..errors import SchemaError, ValidationError
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
+from ..grammar.gbnf import literal
+from ..grammar.schema import SchemaConverter
+from ..messages import Conversation, Message, Tool
+from ..segments import Block, BlockBuilder
+from .base import StreamParser
+from .chatml import ENDOFTEXT, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END
+from .parsers.xmlcalls import (
+    FUNCTION,
+    FUNCTION_END,
+    PARAMETER,
+    PARAMETER_END,
+    Schemas,
+    XMLCallParser,
+    render_value,
+    schema_types,
+)
+from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END, Qwen3, split_thought
+
+_CALL_TAGS = (TOOL_CALL, TOOL_CALL_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
+_REMINDER = (
+    "\n- Required parameters MUST be specified\n- You may provide optional reasoning for your "
+    "function call in natural language BEFORE the function call, but NOT after\n- If there is "
+    "no function call available, answer the question like normal with your current knowledge "
+    "and do not tell the user about function calls\n</IMPORTANT>"
+)
+CODER_DEFAULT_SYSTEM = (
+    "You are Qwen, a helpful AI assistant that can interact with a computer to solve tasks."
+)
+_CODER_TOOLS_HEAD = "\n\n# Tools\n\nYou have access to the following tools:\n\n<tools>"
+_CODER_TOOLS_TAIL = (
+    "\n</tools>\n\nIf you choose to call a tool ONLY reply in the following format with NO "
+    "suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>"
+    "\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nvalue_2\n</parameter>\n"
+    "</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the "
+    "specified format: the tool calling block MUST begin with an opening <tool_call> tag and "
+    "end with a closing </tool_call> tag." + _REMINDER
+)
+_QWEN35_TOOLS_HEAD = "# Tools\n\nYou have access to the following functions:\n\n<tools>"
+_QWEN35_TOOLS_TAIL = (
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO "
+    "suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>"
+    "\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second "
+    "parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n"
+    "<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner "
+    "<function=...></function> block must be nested within <tool_call></tool_call> XML tags"
+    + _REMINDER
+)
+
+
+def _bad_xml_name(name: str) -> bool:
+    """Whether a tool or parameter name would break the call's tags when written back."""
+    return not name or any(c in name for c in "<>\n")
+
+
+class XMLCallsMixin(Qwen3):
+    """What the two XML dialects share: the call layout, the parser and its tools, the
+    grammar, and the rule on names."""
+
+    #: The request's tools (name → parameters' ``properties``), set by :meth:`with_tools`.
+    tool_schemas: Schemas | None = None
+
+    def with_tools(self, tools: Sequence[ToolLike]) -> XMLCallsMixin:
+        """This dialect with a request's ``tools``: its parser types each call's values by the
+        tool's schema (a string stays a string; an integer, a number, a boolean, an object or
+        an array is read as such when it parses, as a string when not)."""
+        schemas: dict[str, Mapping[str, Any]] = {}
+        for t in tools:
+            fn = Tool.of(t).function
+            params = fn.get("parameters")
+            props = params.get("properties") if isinstance(params, Mapping) else None
+            schemas[fn["name"]] = props if isinstance(props, Mapping) else {}
+        configured = copy.copy(self)
+        configured.tool_schemas = schemas
+        return configured
+
+    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
+        super().validate(conversation, strict=strict)
+        if not strict:
+            return
+        for i, m in enumerate(conversation.messages):
+            for call in m.tool_calls or ():
+                bad = [call.name] if _bad_xml_name(call.name) else []
+                bad += [k for k in call.arguments_dict() if _bad_xml_name(k)]
+                if bad:
+                    raise ValidationError(
+                        f"tool call name or parameter {bad[0]!r} is empty or holds '<', '>' or "
+                        "a newline, which break the call's XML tags; use a plain identifier",
+                        index=i,
+                        rule="tool-call-name",
+                    )
+
+    def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
+        if raw is not None:
+            b.tagged(raw)  # history re-renders to the tokens the model produced
+            return
+        b.control(TOOL_CALL, required=False)
+        text = f"\n{FUNCTION}{name}>\n"
+        for key, value in json.loads(arguments).items():
+            text += f"{PARAMETER}{key}>\n{render_value(value)}\n{PARAMETER_END}\n"
+        b.text(text + FUNCTION_END + "\n")
+        b.control(TOOL_CALL_END, required=False)
+
+    def _answer_parser(self, id_factory: Callable[[], str] | None) -> StreamParser:
+        """Text and XML calls, values typed by :attr:`tool_schemas`."""
+        return XMLCallParser(
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            open_tag=TOOL_CALL,
+            close_tag=TOOL_CALL_END,
+            schemas=self.tool_schemas,
+        )
+
+    def forced_call_prefix(self, name: str | None) -> tuple[()]:
+        return ()  # the parser reads calls from their tag on; nothing is forced
+
+    def call_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """XML calls of ``tools`` (lazy: from ``<tool_call>`` on)."""
+        return xml_call_grammar(tools, required=required, single=single)
+
+
+class Qwen3Coder(XMLCallsMixin):
+    """Qwen3-Coder: byte-exact with its published chat template; it does not reason."""
+
+    name = "qwen3-coder"
+    controls = (IM_START, IM_END, ENDOFTEXT, *_CALL_TAGS)
+    turns_render_independently = True
+    reasoning = "never"
+    thinking = False
+
+    def _builder(self) -> BlockBuilder:
+        return BlockBuilder(inline_controls=_CALL_TAGS)
+
+    def _render_system(
+        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
+    ) -> int:
+        msgs = conversation.messages
+        first_system = bool(msgs) and msgs[0].role == "system"
+        tools = conversation.tools
+        if not (first_system or tools):
+            return 0
+        b.control(IM_START)
+        b.text("system\n" + (msgs[0].text if first_system else CODER_DEFAULT_SYSTEM))
+        if tools:
+            b.text(_CODER_TOOLS_HEAD + "".join(coder_tool(t.definition) for t in tools))
+            b.tagged(_CODER_TOOLS_TAIL)
+        b.control(IM_END)
+        b.text("\n")
+        blocks.append(b.block((0,) if first_system else ()))
+        return 1 if first_system else 0
+
+    def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool, last: bool) -> None:
+        # No reasoning here: the template drops it, and writes a message without calls as is.
+        if not m.tool_calls:
+            b.text("assistant\n" + m.text)
+            return
+        content = m.text.strip()
+        b.text("assistant" + (f"\n{content}\n" if content else ""))
+        for call in m.tool_calls:
+            b.text("\n")
+            self._render_call(b, call.name, call.arguments, call.raw)
+
+    def _render_results(
+        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
+    ) -> int:
+        # Consecutive results share one user turn, each block on lines of its own.
+        j = i
+        b.control(IM_START)
+        b.text("user\n")
+        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
+            b.control(TOOL_RESPONSE, required=False)
+            b.text("\n" + msgs[j].text + "\n")
+            b.control(TOOL_RESPONSE_END, required=False)
+            b.text("\n")
+            j += 1
+        b.control(IM_END)
+        b.text("\n")
+        blocks.append(b.block(range(i, j)))
+        return j
+
+    def _generation_prompt(self, b: BlockBuilder) -> None:
+        pass  # no thought to open or close
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
+        """Text and XML calls (no reasoning: a ``<think>`` in the reply is text)."""
+        return self._answer_parser(id_factory)
+
+
+class Qwen35(XMLCallsMixin):
+    """Qwen3.5: byte-exact with its published chat template; thinking on unless turned off."""
+
+    name = "qwen3.5"
+    prompt_opens_thought = True
+
+    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
+        super().validate(conversation, strict=strict)
+        msgs = conversation.messages
+        for i, m in enumerate(msgs):
+            if m.role == "system" and i:
+                raise ValidationError(
+                    f"the {self.name} template takes a system message only at the beginning; "
+                    "move it first or merge it into the first one",
+                    index=i,
+                    rule="system-position",
+                )
+        if not any(m.role == "user" and not _wrapped_results(m.text.strip()) for m in msgs):
+            raise ValidationError(
+                f"the {self.name} template needs a user query (a user message that is not "
+                "tool results in <tool_response> tags); add one",
+                rule="no-query",
+            )
+
+    def _check_message(self, index: int, message: Message) -> None:
+        if message.metadata:
+            raise ValidationError(
+                f"the {self.name} template has no header metadata and would drop it; remove "
+                "'metadata'",
+                index=index,
+                rule="metadata",
+            )
+
+    def _last_query(self, msgs: Sequence[Message]) -> int:
+        # As Qwen3's rule, on trimmed text; validation made sure there is a query.
+        for i in range(len(msgs) - 1, -1, -1):
+            if msgs[i].role == "user" and not _wrapped_results(msgs[i].text.strip()):
+                return i
+        return len(msgs) - 1
+
+    def _text(self, m: Message) -> str:
+        return m.text.strip()
+
+    def _render_system(
+        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
+    ) -> int:
+        msgs = conversation.messages
+        first_system = bool(msgs) and msgs[0].role == "system"
+        system = msgs[0].text.strip() if first_system else ""
+        tools = conversation.tools
+        if not (first_system or tools):
+            return 0
+        b.control(IM_START)
+        b.text("system\n")
+        if tools:
+            b.text(_QWEN35_TOOLS_HEAD)
+            # Tool definitions are caller text: only the template's own tags are controls.
+            b.text("".join("\n" + json.dumps(t.definition, ensure_ascii=False) for t in tools))
+            b.tagged(_QWEN35_TOOLS_TAIL)
+            b.text("\n\n" + system if system else "")
+        else:
+            b.text(system)
+        b.control(IM_END)
+        b.text("\n")
+        blocks.append(b.block((0,) if first_system else ()))
+        return 1 if first_system else 0
+
+    def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool, last: bool) -> None:
+        reasoning, content = split_thought(m.model_copy(update={"content": m.text.strip()}))
+        b.text("assistant\n")
+        if keep:  # after the last query every turn shows its thought, empty or not
+            b.tagged(THINK)
+            b.text("\n" + reasoning.strip() + "\n")
+            b.tagged(THINK_END)
+            b.text("\n\n" + content)
+        else:
+            b.text(content)
+        for k, call in enumerate(m.tool_calls or ()):
+            b.text("\n" if k else "\n\n" if content.strip() else "")
+            self._render_call(b, call.name, call.arguments, call.raw)
+
+    def _generation_prompt(self, b: BlockBuilder) -> None:
+        b.tagged(THINK + "\n" if self.thinking else THINK + "\n\n" + THINK_END + "\n\n")
+
+
+def _wrapped_results(text: str) -> bool:
+    """Whether a user message's (trimmed) text is tool results a client wrote into it."""
+    return text.startswith(TOOL_RESPONSE) and text.endswith(TOOL_RESPONSE_END)
+
+
+# ==== Qwen3-Coder's tool descriptions ====
+
+
+def _extra_keys(value: Any, handled: tuple[str, ...]) -> str:
+    """The keys of a schema or definition the template does not name, one element each:
+    mappings and lists as JSON, anything else as Python's ``str``."""
+    if not isinstance(value, Mapping):
+        return ""
+    out = []
+    for key, v in value.items():
+        if key not in handled:
+            text = json.dumps(v, ensure_ascii=False) if isinstance(v, (Mapping, list)) else str(v)
+            out.append(f"\n<{key}>{text}</{key}>")
+    return "".join(out)
+
+
+def coder_tool(definition: Mapping[str, Any]) -> str:
+    """One tool as Qwen3-Coder's template describes it (``<function>`` … ``</function>``)."""
+    fn = definition["function"] if "function" in definition else definition
+    out = [f"\n<function>\n<name>{fn.get('name')}</name>"]
+    if "description" in fn:
+        out.append(f"\n<description>{str(fn['description']).strip()}</description>")
+    out.append("\n<parameters>")
+    params = fn.get("parameters")
+    props = params.get("properties") if isinstance(params, Mapping) else None
+    for name, field in props.items() if isinstance(props, Mapping) else ():
+        out.append(f"\n<parameter>\n<name>{name}</name>")
+        if isinstance(field, Mapping) and "type" in field:
+            out.append(f"\n<type>{field['type']}</type>")
+        if isinstance(field, Mapping) and "description" in field:
+            out.append(f"\n<description>{str(field['description']).strip()}</description>")
+        out.append(_extra_keys(field, ("name", "type", "description")))
+        out.append("\n</parameter>")
+    out.append(_extra_keys(params, ("type", "properties")))
+    out.append("\n</parameters>")
+    out.append(_extra_keys(fn, ("type", "name", "description", "parameters")))
+    out.append("\n</function>")
+    return "".join(out)
+
+
+# ==== The call grammar ====
+
+# A string value: any text without "</p" (so it cannot run past its closing tag).
+_TEXT_VALUE = '([^<] | "<" [^/] | "</" [^p])*'
+_NAME_CHARS = "[^<>\\n]+"
+_PARAM_END = literal("\n" + PARAMETER_END + "\n")
+
+
+def xml_call_grammar(
+    tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+) -> Grammar:
+    """Calls ``<tool_call>\\n<function=NAME>\\n`` … ``</function>\\n</tool_call>`` of ``tools``.
+
+    Each declared parameter comes in the schema's order, the required ones always; a string
+    value is free text, an integer, number, object or array value follows its schema as JSON,
+    a boolean is ``true``/``false`` in either spelling (the templates write Python's
+    ``True``). A tool without declared parameters takes any. Lazy unless ``required``: the
+    grammar starts at ``<tool_call>``."""
+    c = CallRules(tools)
+    text = c.rules.add("xml-text", _TEXT_VALUE)
+    alts = []
+    for tool in c.tools:
+        params = tool.function.get("parameters")
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        needed = params.get("required") if isinstance(params, Mapping) else None
+        strict = tool.function.get("strict") is True
+        parts = []
+        for key, schema in props.items() if isinstance(props, Mapping) else ():
+            try:
+                value = _value_rule(c, schema, text, strict, f"{tool.name}-{key}")
+            except SchemaError as exc:
+                raise exc.of(f"function {tool.name!r}") from None
+            one = f"{literal(PARAMETER + key + '>' + chr(10))} {value} {_PARAM_END}"
+            parts.append(one if isinstance(needed, list) and key in needed else f"({one})?")
+        if not isinstance(props, Mapping) or not props:
+            free = f'{literal(PARAMETER)} {_NAME_CHARS} ">\\n" {text} {_PARAM_END}'
+            parts.append(f"({free})*")
+        head = literal(f"{FUNCTION}{tool.name}>\n")
+        body = " ".join([head, *parts, literal(FUNCTION_END + "\n")])
+        alts.append(c.rules.add(f"xml-call-{tool.name}", body))
+    call = c.rules.add("xml-call", " | ".join(alts))
+    tagged = c.rules.add(
+        "tagged-call", f"{literal(TOOL_CALL)} {literal(chr(10))} {call} {literal(TOOL_CALL_END)}"
+    )
+    calls = c.many(tagged, single=single)
+    preserved = (TOOL_CALL, TOOL_CALL_END)
+    if required:
+        return c.grammar(calls, preserved=preserved)
+    return c.grammar(calls, triggers=(Trigger("word", TOOL_CALL),), preserved=preserved)
+
+
+def _value_rule(c: CallRules, schema: Any, text: str, strict: bool, hint: str) -> str:
+    types = schema_types(schema)
+    if types is None or "string" in types or len(types) != 1:
+        return text
+    kind = types[0]
+    if kind == "boolean":
+        return c.rules.add("xml-boolean", '"true" | "false" | "True" | "False"')
+    if kind in ("integer", "number", "object", "array"):
+        return SchemaConverter(c.rules, schema, strict=strict).value(schema, hint)
+    return text
+
+
+__all__ = ["CODER_DEFAULT_SYSTEM", "Qwen3Coder", "Qwen35", "coder_tool", "xml_call_grammar"]
