@@ -19,7 +19,8 @@ psutil = pytest.importorskip("psutil")
 
 def test_helpers() -> None:
     assert default_dialect("default").name == "qwen2.5"
-    assert default_dialect("/models/other.gguf").name == "chatml"
+    with pytest.raises(ChatFmtError, match="cannot tell the chat format"):
+        default_dialect("/models/other.gguf")  # no file, no template: see test_serve_dialect
     assert model_name("default") == "qwen2.5-coder-0.5b-instruct"
     assert model_name("/models/other-model.Q4.gguf") == "other-model.Q4"
     with pytest.raises(ChatFmtError, match="--engine-url"):

@@ -1,12 +1,14 @@
 """``chatfmt serve``: its options (:func:`add_serve_parser`), the command (:func:`cmd_serve`:
 flags checked, web chat and interpreter pool configured), and the library behind it: build the
-engine (:func:`build_engine`, shared with ``chatfmt chat``), pick the dialect, create the app
-and run uvicorn (:func:`run_server`)."""
+engine (:func:`build_engine`, shared with ``chatfmt chat``), pick the dialect (the one named,
+else the one the model's chat template is written in: :func:`detect_model_dialect`), create
+the app and run uvicorn (:func:`run_server`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from .._imports import require
 from ..dialects import get_dialect
 from ..dialects.base import Dialect
+from ..dialects.detect import Detection, detect_dialect
 from ..engines.default_model import DEFAULT_MODEL_NAME, resolve_model
-from ..errors import ChatFmtError, MissingDependencyError
+from ..errors import ChatFmtError, MissingDependencyError, TokenizerError
 from .kernel import (
     add_kernel_options,
     add_keys_without_sandbox_option,
@@ -129,19 +132,73 @@ def trusted_hosts(host: str) -> list[str] | None:
     return sorted({host, "127.0.0.1", "localhost", "::1", "[::1]"})
 
 
-#: GGUF ``general.architecture`` values whose chat format is unambiguous.
-_ARCHITECTURE_DIALECTS = {"gemma3": "gemma3", "qwen2": "qwen2.5"}
+#: The GGUF header values that tell a model's chat format.
+_FORMAT_KEYS = ("tokenizer.chat_template", "general.architecture")
 
 
-def default_dialect(model: str, tokenizer: Tokenizer | None = None) -> Dialect:
-    """qwen2.5 for the embedded default model; for a GGUF (its vocabulary already loaded as
-    ``tokenizer``), the dialect its architecture implies where that is unambiguous (Gemma 3,
-    Qwen2); plain ChatML otherwise."""
+def detect_model_dialect(model: str, tokenizer: Tokenizer | None = None) -> Detection:
+    """The dialect ``model`` is served in when no ``--dialect`` is given, and why.
+
+    qwen2.5 for the embedded default model. For a GGUF file, the dialect its chat template
+    (``tokenizer.chat_template``) is written in, or where it has none, the one its architecture
+    implies (:func:`~chatfmt.dialects.detect.detect_dialect`). The values are read from the
+    file's header, before any model loads; when ``model`` is no GGUF file here (a remote
+    engine's model name), from ``tokenizer``, the served model's vocabulary, if it is a GGUF's.
+    A failed detection lists the dialects to choose from.
+    """
     if model == "default":
-        return get_dialect("qwen2.5")
+        return Detection("qwen2.5", f"the embedded default model ({DEFAULT_MODEL_NAME})")
+    values: dict[str, object] = {}
+    path = Path(model).expanduser()
+    readable = False
+    if path.is_file():
+        from ..tokenizers.gguf import read_gguf_metadata
+
+        try:
+            values = dict(read_gguf_metadata(path, _FORMAT_KEYS))
+            readable = True
+        except TokenizerError:
+            pass  # not a GGUF file: the served vocabulary may still be one
     metadata = getattr(tokenizer, "metadata", None)
-    architecture = metadata("general.architecture") if callable(metadata) else None
-    return get_dialect(_ARCHITECTURE_DIALECTS.get(architecture or "", "chatml"))
+    if not readable and callable(metadata):
+        values = {key: metadata(key) for key in _FORMAT_KEYS}
+        readable = True
+    if not readable:
+        reason = (
+            f"{model} is not a GGUF file chatfmt can read, so there is no chat template to tell"
+            if path.is_file()
+            else f"there is no file {model} to read a chat template from"
+        )
+        return dataclasses.replace(detect_dialect(None, None), reason=reason)
+    template = values.get("tokenizer.chat_template")
+    architecture = values.get("general.architecture")
+    return detect_dialect(
+        template if isinstance(template, str) else None,
+        architecture if isinstance(architecture, str) else None,
+    )
+
+
+def default_dialect(
+    model: str, tokenizer: Tokenizer | None = None, *, log: TextIO | None = None
+) -> Dialect:
+    """The dialect ``model`` is served in when no ``--dialect`` is given
+    (:func:`detect_model_dialect`); ``log`` is told which and why, unless it is the default
+    model's. Raises :class:`~chatfmt.errors.ChatFmtError` when it cannot be told, with the
+    reason, the dialects to choose from and how to pass one."""
+    detection = detect_model_dialect(model, tokenizer)
+    if detection.name is None:
+        raise ChatFmtError(no_dialect_message(model, detection))
+    if log is not None and model != "default":
+        print(f"chatfmt: {detection.message}", file=log, flush=True)
+    return get_dialect(detection.name)
+
+
+def no_dialect_message(model: str, detection: Detection) -> str:
+    """The error of a model whose dialect could not be detected: why, and what to pass."""
+    return (
+        f"cannot tell the chat format of {model}: {detection.reason}. Pass the one it was "
+        f"trained with as --dialect NAME, one of: {', '.join(detection.candidates)}"
+    )
 
 
 def model_name(model: str) -> str:
@@ -201,8 +258,11 @@ def run_server(
     )
 
     stream = out or sys.stdout
-    # A named dialect is checked before the model loads; else the model's vocabulary tells.
+    # A named dialect is checked before the model loads, and so is a GGUF file's own (from its
+    # header): a format that cannot be told is refused before llama.cpp starts.
     named = get_dialect(dialect) if dialect else None
+    if named is None and model != "default" and Path(model).expanduser().is_file():
+        named = default_dialect(model, log=sys.stderr)
     eng = build_engine(
         model,
         engine=engine,
@@ -214,7 +274,7 @@ def run_server(
         text_controls=named.text_controls if named else None,
         parallel=parallel,
     )
-    chosen = named or default_dialect(model, eng.tokenizer)
+    chosen = named or default_dialect(model, eng.tokenizer, log=sys.stderr)
     name = model_name(model)
 
     async def main() -> None:

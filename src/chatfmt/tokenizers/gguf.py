@@ -2,18 +2,21 @@
 
 Given a path, only the vocabulary is loaded (``vocab_only``: no weights, a fraction of a
 second). Given a loaded ``llama_cpp.Llama``, its vocabulary is shared, so the server's engine
-and tokenizer can never disagree.
+and tokenizer can never disagree. :func:`read_gguf_metadata` reads a file's header values (its
+architecture, its chat template) in Python alone, without llama.cpp and before any model loads.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import mmap
 import re
+import struct
 import threading
 import unicodedata
 import weakref
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +231,92 @@ class GGUFTokenizer(Tokenizer):
                 cached = self._piece(token_id, special=True)
             self._bytes[token_id] = cached
         return cached
+
+
+# ==== The header, read in Python ====
+
+_GGUF_MAGIC = b"GGUF"
+#: GGUF value types (gguf.h, enum gguf_type) of fixed size: their struct format.
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
+                 11: "q", 12: "d"}  # fmt: skip
+_GGUF_STRING = 8
+_GGUF_ARRAY = 9
+
+GGUFValue = str | int | float | bool
+
+
+def read_gguf_metadata(path: str | Path, keys: Collection[str]) -> dict[str, GGUFValue]:
+    """The values of ``keys`` (those present, and only scalars and strings) in the header of
+    the GGUF file at ``path``, such as ``general.architecture`` and ``tokenizer.chat_template``.
+
+    Read in Python from the file's header (mapped, so the weights are never read), so that a
+    command can decide what to do with a model before loading it, with or without llama.cpp.
+    Raises :class:`~chatfmt.errors.TokenizerError` when the file cannot be read or is not a
+    GGUF file (version 2 or 3).
+    """
+    wanted = set(keys)
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _read_header(data, wanted)
+    except (OSError, ValueError) as exc:  # mmap of an empty file is a ValueError
+        raise TokenizerError(f"cannot read GGUF file {str(path)!r}: {exc}") from None
+    except (struct.error, IndexError, UnicodeDecodeError, RecursionError) as exc:
+        raise TokenizerError(f"{str(path)!r} is not a readable GGUF file ({exc})") from None
+
+
+def _read_header(data: mmap.mmap, wanted: set[str]) -> dict[str, GGUFValue]:
+    if data[:4] != _GGUF_MAGIC:
+        raise TokenizerError("not a GGUF file (no GGUF magic)")
+    order = "<"
+    (version,) = struct.unpack_from("<I", data, 4)
+    if version > 0xFFFF:  # written big-endian: the version's bytes are reversed
+        order = ">"
+        (version,) = struct.unpack_from(">I", data, 4)
+    if version not in (2, 3):
+        raise TokenizerError(f"GGUF version {version} is not supported (2 or 3)")
+    (n_kv,) = struct.unpack_from(order + "Q", data, 16)
+    size = len(data)
+    pos = 24
+    found: dict[str, GGUFValue] = {}
+
+    def string(at: int) -> tuple[str, int]:
+        (n,) = struct.unpack_from(order + "Q", data, at)
+        end = at + 8 + n
+        if end > size:
+            raise IndexError("a string runs past the end of the file")
+        return data[at + 8 : end].decode("utf-8"), end
+
+    def skip(kind: int, at: int) -> int:
+        if kind in _GGUF_SCALARS:
+            return at + struct.calcsize(_GGUF_SCALARS[kind])
+        if kind == _GGUF_STRING:
+            n: int = struct.unpack_from(order + "Q", data, at)[0]
+            return at + 8 + n
+        if kind == _GGUF_ARRAY:
+            item: int
+            count: int
+            item, count = struct.unpack_from(order + "IQ", data, at)
+            at += 12
+            if item in _GGUF_SCALARS:
+                return at + count * struct.calcsize(_GGUF_SCALARS[item])
+            for _ in range(count):  # strings (a vocabulary) or nested arrays, one by one
+                at = skip(item, at)
+                if at > size:
+                    raise IndexError("an array runs past the end of the file")
+            return at
+        raise IndexError(f"unknown GGUF value type {kind}")
+
+    for _ in range(n_kv):
+        if len(found) == len(wanted):
+            break
+        key, pos = string(pos)
+        (kind,) = struct.unpack_from(order + "I", data, pos)
+        pos += 4
+        if key in wanted and kind == _GGUF_STRING:
+            found[key], pos = string(pos)
+        elif key in wanted and kind in _GGUF_SCALARS:
+            (found[key],) = struct.unpack_from(order + _GGUF_SCALARS[kind], data, pos)
+            pos = skip(kind, pos)
+        else:
+            pos = skip(kind, pos)
+    return found

@@ -1,0 +1,199 @@
+"""``chatfmt serve --model x.gguf`` (and ``chat``) without ``--dialect``: the dialect is the one
+the GGUF's chat template is written in, read from the file's header before the model loads; a
+template chatfmt cannot tell is refused with the dialects to choose from, exit status 2.
+
+The GGUF files here are written by the ``gguf`` package and hold metadata only (no weights):
+the header is all detection reads, and no engine is started (``build_engine`` is replaced).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chatfmt.cli.serve as serve
+from chatfmt.cli import main
+from chatfmt.dialects import get_dialect, list_dialects
+from chatfmt.errors import ChatFmtError, TokenizerError
+from chatfmt.tokenizers.gguf import read_gguf_metadata
+
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+
+#: A template of no format chatfmt renders (Phi-3's turns).
+UNKNOWN = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] + "
+    "'<|end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+)
+PLAIN_CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+#: A vocabulary's worth of strings before the template, as in a real GGUF.
+TOKENS = [f"tok{i}" for i in range(5000)]
+
+
+def write_gguf(path: Path, *, template: str | None = None, architecture: str = "llama") -> Path:
+    """A GGUF holding only metadata: the architecture, a token list, a few other values and
+    ``template`` as ``tokenizer.chat_template``."""
+    gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_token_list(TOKENS)
+    writer.add_token_scores([0.0] * len(TOKENS))
+    writer.add_uint32("test.count", 7)
+    writer.add_bool("test.flag", True)
+    writer.add_array("test.nested", [[1, 2], [3]])
+    if template is not None:
+        writer.add_chat_template(template)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+class EngineReached(ChatFmtError):
+    """Raised by the stand-in ``build_engine``: detection let the command go on."""
+
+
+@pytest.fixture
+def engine_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+
+    def build_engine(model: str = "default", **kwargs: Any) -> Any:
+        calls.append({"model": model, **kwargs})
+        raise EngineReached("engine reached")
+
+    monkeypatch.setattr(serve, "build_engine", build_engine)
+    return calls
+
+
+# ==== The header ====
+
+
+def test_the_header_values_are_read_without_llama_cpp(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "m.gguf", template=PLAIN_CHATML, architecture="qwen3")
+    keys = ["tokenizer.chat_template", "general.architecture", "test.count", "test.flag"]
+    values = read_gguf_metadata(path, [*keys, "test.nested", "no.such.key"])
+    assert values == {
+        "tokenizer.chat_template": PLAIN_CHATML,
+        "general.architecture": "qwen3",
+        "test.count": 7,
+        "test.flag": True,
+    }
+
+
+def test_a_file_that_is_not_a_gguf_is_a_tokenizer_error(tmp_path: Path) -> None:
+    text = tmp_path / "tokenizer.json"
+    text.write_text("{}")
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    whole = write_gguf(tmp_path / "m.gguf", template=PLAIN_CHATML).read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[: len(whole) // 3])  # inside the token list
+    for path in (text, empty, cut, tmp_path):
+        with pytest.raises(TokenizerError):
+            read_gguf_metadata(path, ["tokenizer.chat_template"])
+
+
+# ==== The dialect of a model file ====
+
+
+def test_the_dialect_comes_from_the_template(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "plain.gguf", template=PLAIN_CHATML)
+    detection = serve.detect_model_dialect(str(path))
+    assert detection.name == "chatml" and "plain ChatML" in detection.reason
+    qwen3 = REFERENCE / "templates" / "Qwen-Qwen3-0.6B.jinja"
+    if qwen3.is_file():
+        path = write_gguf(tmp_path / "qwen3.gguf", template=qwen3.read_text(encoding="utf-8"))
+        assert serve.default_dialect(str(path)).name == "qwen3"
+
+
+def test_without_a_template_the_architecture_tells_where_it_can(tmp_path: Path) -> None:
+    gemma = write_gguf(tmp_path / "gemma.gguf", architecture="gemma3")
+    assert serve.default_dialect(str(gemma)).name == "gemma3"
+    llama = write_gguf(tmp_path / "llama.gguf", architecture="llama")
+    with pytest.raises(ChatFmtError, match=r"no chat template .* \(llama\) does not tell"):
+        serve.default_dialect(str(llama))
+
+
+def test_an_unknown_template_is_an_error_naming_the_choices(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "phi.gguf", template=UNKNOWN)
+    with pytest.raises(ChatFmtError) as info:
+        serve.default_dialect(str(path))
+    message = str(info.value)
+    assert message.startswith(f"cannot tell the chat format of {path}: the chat template")
+    assert "<|end|>" in message  # what it saw that no dialect writes
+    assert f"--dialect NAME, one of: {', '.join(list_dialects())}" in message
+
+
+def test_the_default_model_and_missing_files() -> None:
+    assert serve.default_dialect("default").name == "qwen2.5"
+    with pytest.raises(ChatFmtError, match=r"there is no file /models/other\.gguf"):
+        serve.default_dialect("/models/other.gguf")
+
+
+# ==== The commands ====
+
+
+def test_serve_refuses_an_unknown_template_before_loading_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine_calls: list[dict[str, Any]]
+) -> None:
+    path = write_gguf(tmp_path / "phi.gguf", template=UNKNOWN)
+    assert main(["serve", "--model", str(path), "--port", "1", "--no-store", "--no-web"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"chatfmt: error: cannot tell the chat format of {path}"), err
+    assert "--dialect NAME, one of: " in err and "qwen2.5" in err
+    assert engine_calls == []
+
+
+def test_serve_as_a_user_runs_it(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "phi.gguf", template=UNKNOWN)
+    command = [sys.executable, "-m", "chatfmt.cli", "serve", "--model", str(path), "--port", "1"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "cannot tell the chat format" in out.stderr and "--dialect NAME" in out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_serve_uses_the_detected_dialect_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine_calls: list[dict[str, Any]]
+) -> None:
+    path = write_gguf(tmp_path / "plain.gguf", template=PLAIN_CHATML)
+    assert main(["serve", "--model", str(path), "--port", "1", "--no-store", "--no-web"]) == 2
+    err = capsys.readouterr().err
+    assert "chatfmt: dialect chatml: the chat template is plain ChatML" in err
+    assert err.rstrip().endswith("engine reached")
+    # The engine is built for the detected dialect, as if it had been named.
+    assert engine_calls[0]["text_controls"] == get_dialect("chatml").text_controls
+
+
+def test_a_named_dialect_is_used_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine_calls: list[dict[str, Any]]
+) -> None:
+    path = write_gguf(tmp_path / "phi.gguf", template=UNKNOWN)
+    argv = ["serve", "--model", str(path), "--dialect", "chatml", "--port", "1", "--no-store"]
+    assert main([*argv, "--no-web"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot tell" not in err and err.rstrip().endswith("engine reached")
+    assert len(engine_calls) == 1
+
+
+def test_chat_detects_the_dialect_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatfmt.engines.fake import FakeEngine
+    from chatfmt.tokenizers import load_tokenizer
+
+    def build_engine(model: str = "default", **_: Any) -> FakeEngine:
+        return FakeEngine(load_tokenizer("qwen2.5"), ["Hello!<|im_end|>"])
+
+    monkeypatch.setattr(serve, "build_engine", build_engine)
+    path = write_gguf(tmp_path / "phi.gguf", template=UNKNOWN)
+    assert main(["chat", "--model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("chatfmt: error: cannot tell the chat format of")
