@@ -24,15 +24,25 @@ def fail(message: str) -> NoReturn:
 
 
 def add_dialect(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--dialect NAME``; optional for the commands that take a ``--model``, whose own chat
+    template tells the dialect when it is left out."""
     # Not a closed choices= list: any registered dialect, plugins included, is accepted, and
     # plugins load only when a command names a dialect.
+    default = (
+        ""
+        if required
+        else " (default: the one the model's GGUF chat template is written in; qwen2.5 for "
+        "the default model)"
+    )
     p.add_argument(
         "--dialect",
         required=required,
         type=_dialect_name,
         metavar="NAME",
-        help="chat format to use: a built-in dialect (chatml, qwen2.5, chatglm3, glm4, llama3, "
-        "mistral-v3, mistral-v7, mistral-v11, gemma3, harmony) or one an installed plugin adds",
+        help="chat format to use: a built-in dialect (chatml, qwen2.5, qwen3, qwq, qwen3-coder, "
+        "qwen3.5, deepseek-r1, deepseek-v3.1, deepseek-v3.2, deepseek-v4, chatglm3, glm4, "
+        "llama3, mistral-v3, mistral-v7, mistral-v11, gemma3, harmony) or one an installed "
+        f"plugin adds{default}",
     )
 
 
