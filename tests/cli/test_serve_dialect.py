@@ -8,6 +8,7 @@ the header is all detection reads, and no engine is started (``build_engine`` is
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -154,10 +155,13 @@ def test_serve_refuses_an_unknown_template_before_loading_the_model(
 def test_serve_as_a_user_runs_it(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "phi.gguf", template=UNKNOWN)
     command = [sys.executable, "-m", "chatfmt.cli", "serve", "--model", str(path), "--port", "1"]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    data = tmp_path / "data"  # where the default store would go
+    env = {**os.environ, "XDG_DATA_HOME": str(data), "HOME": str(tmp_path)}
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 2
     assert "cannot tell the chat format" in out.stderr and "--dialect NAME" in out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+    assert not data.exists()  # refused before the response store was opened
 
 
 def test_serve_uses_the_detected_dialect_and_says_so(

@@ -251,6 +251,11 @@ def run_server(
     from ..store import ResponseStore
 
     limits = limits or DEFAULT_LIMITS
+    # A named dialect is checked before anything starts, and so is a GGUF file's own (from its
+    # header): a format that cannot be told is refused before the store opens or llama.cpp runs.
+    named = get_dialect(dialect) if dialect else None
+    if named is None and model != "default" and Path(model).expanduser().is_file():
+        named = default_dialect(model, log=sys.stderr)
     kept = (
         ResponseStore(store, max_age_days=store_max_age_days, max_mb=store_max_mb)
         if store is not None
@@ -258,11 +263,6 @@ def run_server(
     )
 
     stream = out or sys.stdout
-    # A named dialect is checked before the model loads, and so is a GGUF file's own (from its
-    # header): a format that cannot be told is refused before llama.cpp starts.
-    named = get_dialect(dialect) if dialect else None
-    if named is None and model != "default" and Path(model).expanduser().is_file():
-        named = default_dialect(model, log=sys.stderr)
     eng = build_engine(
         model,
         engine=engine,
