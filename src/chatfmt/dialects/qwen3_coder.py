@@ -28,7 +28,7 @@ from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..grammar.schema import SchemaConverter
 from ..messages import Conversation, Message, Tool
-from ..segments import Block, BlockBuilder
+from ..segments import Block, BlockBuilder, Control, Segment, Text
 from .base import StreamParser
 from .chatml import ENDOFTEXT, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END
 from .parsers.xmlcalls import (
@@ -137,14 +137,20 @@ class XMLCallsMixin(Qwen3):
             schemas=self.tool_schemas,
         )
 
-    def forced_call_prefix(self, name: str | None) -> tuple[()]:
-        return ()  # the parser reads calls from their tag on; nothing is forced
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """The opening of a call, up to its first parameter when the tool is named; nothing
+        when the prompt opened a thought (the call comes after it, which the grammar says)."""
+        if self.thinking and self.prompt_opens_thought:
+            return ()
+        opening = "\n" + FUNCTION + (f"{name}>\n" if name is not None else "")
+        return (Control(TOOL_CALL, False), Text(opening))
 
     def call_grammar(
         self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
     ) -> Grammar:
-        """XML calls of ``tools`` (lazy: from ``<tool_call>`` on)."""
-        return xml_call_grammar(tools, required=required, single=single)
+        """XML calls of ``tools`` (lazy: from ``<tool_call>`` on), after the thought when the
+        model thinks first."""
+        return self._after_thought(xml_call_grammar(tools, required=required, single=single))
 
 
 class Qwen3Coder(XMLCallsMixin):

@@ -200,7 +200,10 @@ class XMLCallParser(StreamParser):
         self._value: list[str] = []
         self._events: list[Event] = []
         self._content: list[str] = []
-        self._calls = CallStream(self._new_id, self._events.append, self._warnings)
+        self._calls = CallStream(self._new_id, self._emit, self._warnings)
+
+    def _emit(self, event: Event) -> None:
+        self._events.append(event)  # a method: the list is swapped after every feed
 
     # ==== Public interface ====
 
