@@ -231,7 +231,7 @@ def test_responses_output_marks_an_incomplete_call() -> None:
     )
     events += builder.finish()
     (item,) = builder.items
-    assert item["type"] == "function_call" and item["status"] == "incomplete"
-    assert item["arguments"] == '{"x": "ab'
-    done = [e for e in events if e["type"] == "response.output_item.done"]
-    assert done[-1]["item"]["status"] == "incomplete"
+    assert item.type == "function_call" and item.status == "incomplete"
+    assert item.arguments == '{"x": "ab'
+    done = [e for e in events if e.type == "response.output_item.done"]
+    assert done[-1].item.status == "incomplete"

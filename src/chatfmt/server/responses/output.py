@@ -1,10 +1,12 @@
-"""Parser events → the Responses API's output items and its typed stream events.
+"""Parser events → the Responses API's output items and its typed stream events (the models
+of :mod:`.wire`).
 
 One builder serves both the whole response and the stream, so they cannot disagree: text opens
 a ``message`` item (``output_text`` part), each call a ``function_call`` item, reasoning (gpt-oss)
-a ``reasoning`` item; the events are those OpenAI documents, in its order
-(``output_item.added`` → ``content_part.added`` → ``output_text.delta``… → ``output_text.done``
-→ ``content_part.done`` → ``output_item.done``; for calls ``output_item.added`` →
+a ``reasoning`` item (``reasoning_text`` part); the events are those OpenAI documents, in its
+order (``output_item.added`` → ``content_part.added`` → ``output_text.delta``… (or
+``reasoning_text.delta``…) → ``output_text.done`` (``reasoning_text.done``) →
+``content_part.done`` → ``output_item.done``; for calls ``output_item.added`` →
 ``function_call_arguments.delta``… → ``.done`` → ``output_item.done``).
 """
 
@@ -13,9 +15,28 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
-from typing import Any
+from dataclasses import dataclass, field
 
 from ...events import Event, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from .wire import (
+    ContentPartAdded,
+    ContentPartDone,
+    FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
+    FunctionCallItem,
+    MessageItem,
+    OutputEvent,
+    OutputItem,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputTextDelta,
+    OutputTextDone,
+    OutputTextPart,
+    ReasoningItem,
+    ReasoningTextDelta,
+    ReasoningTextDone,
+    ReasoningTextPart,
+)
 
 
 def item_id(prefix: str) -> str:
@@ -43,197 +64,180 @@ def reasoning_of_blob(blob: str) -> str | None:
         return None
 
 
+@dataclass(slots=True)
+class _OpenCall:
+    """A call whose arguments are still streaming: its item, its place in the output, and
+    its arguments so far."""
+
+    item: FunctionCallItem
+    index: int
+    pieces: list[str] = field(default_factory=list)
+
+
 class OutputBuilder:
-    """Feed parser events; read :attr:`items` (the response's ``output``) at the end. Each
-    call returns the stream events it caused (without ``sequence_number``).
-    ``encrypted_reasoning`` adds ``encrypted_content`` to reasoning items once complete."""
+    """Feed parser events; read :attr:`items` (the response's ``output``) once :meth:`finish`
+    returned. Each call returns the stream events it caused (``sequence_number`` is set when
+    the stream writes them). ``encrypted_reasoning`` adds ``encrypted_content`` to reasoning
+    items once complete.
+
+    An event shows its item as it was when the event happened (a copy), since the stream
+    writes it later, while the item goes on changing here. The text of the open item and the
+    arguments of open calls are kept as pieces and joined when they close: a string grown by
+    every token would be copied whole for every token. Events are built with validation:
+    ``model_construct`` would skip it, but is pure Python and measured slower here.
+    """
 
     def __init__(self, *, encrypted_reasoning: bool = False) -> None:
         self.encrypted_reasoning = encrypted_reasoning
-        self.items: list[dict[str, Any]] = []
-        self._open: dict[str, Any] | None = None  # the item receiving deltas
-        self._calls: dict[int, dict[str, Any]] = {}  # open calls by parser index
+        self.items: list[OutputItem] = []
+        self._open: MessageItem | ReasoningItem | None = None  # the item receiving deltas
+        self._pieces: list[str] = []  # its text so far
+        self._calls: dict[int, _OpenCall] = {}  # open calls by parser index
 
-    @property
-    def _index(self) -> int:
-        return len(self.items) - 1
-
-    def feed(self, events: list[Event]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def feed(self, events: list[Event]) -> list[OutputEvent]:
+        out: list[OutputEvent] = []
         for ev in events:
             if isinstance(ev, TextDelta):
                 if ev.text:
-                    out += self._text(ev.text)
+                    self._text(ev.text, out)
             elif isinstance(ev, ReasoningDelta):
                 if ev.text:
-                    out += self._reasoning(ev.text)
+                    self._reasoning(ev.text, out)
             elif isinstance(ev, ToolCallStart):
-                out += self._close()
-                call: dict[str, Any] = {
-                    "id": item_id("fc"),
-                    "type": "function_call",
-                    "status": "in_progress",
-                    "call_id": ev.id,
-                    "name": ev.name,
-                    "arguments": "",
-                }
+                self._close(out)
+                call = FunctionCallItem(
+                    id=item_id("fc"),
+                    status="in_progress",
+                    call_id=ev.id,
+                    name=ev.name,
+                    arguments="",
+                )
+                self._calls[ev.index] = _OpenCall(call, len(self.items))
                 self.items.append(call)
-                self._calls[ev.index] = call
-                out.append(self._added(call))
+                out.append(
+                    OutputItemAdded(output_index=len(self.items) - 1, item=call.model_copy())
+                )
             elif isinstance(ev, ToolCallDelta):
                 open_call = self._calls.get(ev.index)
                 if open_call is not None and ev.arguments:
-                    call = open_call
-                    call["arguments"] += ev.arguments
+                    open_call.pieces.append(ev.arguments)
                     out.append(
-                        {
-                            "type": "response.function_call_arguments.delta",
-                            "item_id": call["id"],
-                            "output_index": self.items.index(call),
-                            "delta": ev.arguments,
-                        }
+                        FunctionCallArgumentsDelta(
+                            item_id=open_call.item.id,
+                            output_index=open_call.index,
+                            delta=ev.arguments,
+                        )
                     )
             elif isinstance(ev, ToolCallEnd):
                 ended = self._calls.pop(ev.index, None)
                 if ended is not None:
                     if not ev.complete:  # it did not close: its arguments are partial
-                        ended["status"] = "incomplete"
-                    out += self._end_call(ended)
+                        ended.item.status = "incomplete"
+                    self._end_call(ended, out)
         return out
 
-    def finish(self, *, cut: bool = False) -> list[dict[str, Any]]:
+    def finish(self, *, cut: bool = False) -> list[OutputEvent]:
         """Close what is open; a reply with no output at all is one empty message. ``cut``:
         the reply was cut off (``max_output_tokens``) while its last item was being written,
         so that item is marked ``incomplete``. A call that did not close is ``incomplete``
         whatever ended it (its ``ToolCallEnd`` says so), with exactly its partial arguments."""
+        out: list[OutputEvent] = []
         if cut and self.items:
-            self.items[-1]["status"] = "incomplete"
-        out = self._close()
-        for call in list(self._calls.values()):
-            out += self._end_call(call)
+            self.items[-1].status = "incomplete"
+        self._close(out)
+        for call in self._calls.values():
+            self._end_call(call, out)
         self._calls.clear()
         if not self.items:
-            out += self._text("")
-            out += self._close()
+            self._start_message(out)
+            self._close(out)
         return out
 
     # ==== Items ====
+    # The open item is always the last one: a call closes it before it is added.
 
-    def _added(self, item: dict[str, Any]) -> dict[str, Any]:
-        # A copy as the item is now (its text grows later, before this event is written).
-        shown = {**item, "content": []} if "content" in item else dict(item)
-        return {"type": "response.output_item.added", "output_index": self._index, "item": shown}
+    def _start_message(self, out: list[OutputEvent]) -> MessageItem:
+        self._close(out)
+        message = MessageItem(
+            id=item_id("msg"), status="in_progress", content=[OutputTextPart(text="")]
+        )
+        self.items.append(message)
+        self._open = message
+        index = len(self.items) - 1
+        shown = MessageItem(id=message.id, status="in_progress", content=[])
+        out.append(OutputItemAdded(output_index=index, item=shown))
+        part = OutputTextPart(text="")
+        out.append(
+            ContentPartAdded(item_id=message.id, output_index=index, content_index=0, part=part)
+        )
+        return message
 
-    def _text(self, text: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        if self._open is None or self._open["type"] != "message":
-            out += self._close()
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            message: dict[str, Any] = {
-                "id": item_id("msg"),
-                "type": "message",
-                "status": "in_progress",
-                "role": "assistant",
-                "content": [part],
-            }
-            self.items.append(message)
-            self._open = message
-            out.append(self._added(message))
-            out.append(
-                {
-                    "type": "response.content_part.added",
-                    "item_id": message["id"],
-                    "output_index": self._index,
-                    "content_index": 0,
-                    "part": {**part},
-                }
-            )
+    def _text(self, text: str, out: list[OutputEvent]) -> None:
         message = self._open
-        assert message is not None
-        message["content"][0]["text"] += text
-        if text:
-            out.append(
-                {
-                    "type": "response.output_text.delta",
-                    "item_id": message["id"],
-                    "output_index": self.items.index(message),
-                    "content_index": 0,
-                    "delta": text,
-                    "logprobs": [],
-                }
+        if not isinstance(message, MessageItem):
+            message = self._start_message(out)
+        self._pieces.append(text)
+        out.append(
+            OutputTextDelta(
+                item_id=message.id, output_index=len(self.items) - 1, content_index=0, delta=text
             )
-        return out
+        )
 
-    def _reasoning(self, text: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        if self._open is None or self._open["type"] != "reasoning":
-            out += self._close()
-            item: dict[str, Any] = {
-                "id": item_id("rs"),
-                "type": "reasoning",
-                "status": "in_progress",
-                "summary": [],
-                "content": [{"type": "reasoning_text", "text": ""}],
-            }
+    def _reasoning(self, text: str, out: list[OutputEvent]) -> None:
+        item = self._open
+        if not isinstance(item, ReasoningItem):
+            self._close(out)
+            item = ReasoningItem(
+                id=item_id("rs"), status="in_progress", content=[ReasoningTextPart(text="")]
+            )
             self.items.append(item)
             self._open = item
-            out.append(self._added(item))
-        item = self._open
-        assert item is not None
-        item["content"][0]["text"] += text
+            index = len(self.items) - 1
+            shown = ReasoningItem(id=item.id, status="in_progress", content=[])
+            out.append(OutputItemAdded(output_index=index, item=shown))
+            part = ReasoningTextPart(text="")
+            out.append(
+                ContentPartAdded(item_id=item.id, output_index=index, content_index=0, part=part)
+            )
+        self._pieces.append(text)
         out.append(
-            {
-                "type": "response.reasoning_text.delta",
-                "item_id": item["id"],
-                "output_index": self.items.index(item),
-                "content_index": 0,
-                "delta": text,
-            }
+            ReasoningTextDelta(
+                item_id=item.id, output_index=len(self.items) - 1, content_index=0, delta=text
+            )
         )
-        return out
 
-    def _close(self) -> list[dict[str, Any]]:
+    def _close(self, out: list[OutputEvent]) -> None:
         item, self._open = self._open, None
         if item is None:
-            return []
-        index = self.items.index(item)
-        if item["status"] != "incomplete":
-            item["status"] = "completed"
-        out: list[dict[str, Any]] = []
-        if item["type"] == "message":
-            part = item["content"][0]
-            base = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            return
+        index = len(self.items) - 1
+        text = "".join(self._pieces)
+        self._pieces = []
+        if item.status != "incomplete":
+            item.status = "completed"
+        part = item.content[0]
+        part.text = text
+        if isinstance(item, MessageItem):
             out.append(
-                {"type": "response.output_text.done", **base, "text": part["text"], "logprobs": []}
+                OutputTextDone(item_id=item.id, output_index=index, content_index=0, text=text)
             )
-            out.append({"type": "response.content_part.done", **base, "part": dict(part)})
         else:
-            text = item["content"][0]["text"]
             if self.encrypted_reasoning:
-                item["encrypted_content"] = reasoning_blob(text)
+                item.encrypted_content = reasoning_blob(text)
             out.append(
-                {
-                    "type": "response.reasoning_text.done",
-                    "item_id": item["id"],
-                    "output_index": index,
-                    "content_index": 0,
-                    "text": text,
-                }
+                ReasoningTextDone(item_id=item.id, output_index=index, content_index=0, text=text)
             )
-        out.append({"type": "response.output_item.done", "output_index": index, "item": item})
-        return out
+        out.append(ContentPartDone(item_id=item.id, output_index=index, content_index=0, part=part))
+        out.append(OutputItemDone(output_index=index, item=item.model_copy()))
 
-    def _end_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
-        index = self.items.index(call)
-        if call["status"] != "incomplete":
-            call["status"] = "completed"
-        return [
-            {
-                "type": "response.function_call_arguments.done",
-                "item_id": call["id"],
-                "output_index": index,
-                "name": call["name"],
-                "arguments": call["arguments"],
-            },
-            {"type": "response.output_item.done", "output_index": index, "item": dict(call)},
-        ]
+    def _end_call(self, call: _OpenCall, out: list[OutputEvent]) -> None:
+        item = call.item
+        item.arguments = "".join(call.pieces)
+        if item.status != "incomplete":
+            item.status = "completed"
+        out.append(
+            FunctionCallArgumentsDone(
+                item_id=item.id, output_index=call.index, name=item.name, arguments=item.arguments
+            )
+        )
+        out.append(OutputItemDone(output_index=call.index, item=item.model_copy()))

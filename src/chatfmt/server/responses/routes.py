@@ -21,12 +21,13 @@ from ..http.sse import sse_event, sse_response, stream_errors, until_disconnect
 from .input import ResponsesRequest
 from .output import OutputBuilder
 from .service import Exchange, Generated, ResponsesService
+from .wire import ErrorEvent, OutputEvent, ResponseError, ResponseEvent, StreamEvent
 
 
 async def _generate(
     ex: Exchange,
     driver: TurnDriver,
-    on_events: Callable[[list[dict[str, Any]]], Awaitable[None]],
+    on_events: Callable[[list[OutputEvent]], Awaitable[None]],
 ) -> Generated:
     """Run the generation, handing each step's stream events to ``on_events``."""
     builder = OutputBuilder(
@@ -58,13 +59,13 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
             await until_disconnect(request, driver.open())
             return sse_response(_stream(svc, ex, driver))
 
-        async def ignore(_events: list[dict[str, Any]]) -> None:
+        async def ignore(_events: list[OutputEvent]) -> None:
             return None
 
         done = await until_disconnect(request, _generate(ex, driver, ignore))
-        body = svc.finished(ex, done)
-        await svc.keep(ex, body, done)
-        return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
+        response = svc.finished(ex, done)
+        await svc.keep(ex, response, done)
+        return Response(response.body(), media_type="application/json")
 
     async def stored(request: Request, rid: str) -> Any:
         owner = owner_of(require_bearer(request, api_key))
@@ -127,26 +128,30 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
     return router
 
 
-async def _stream(
-    svc: ResponsesService, ex: Exchange, driver: TurnDriver
-) -> AsyncIterator[bytes]:
+async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> AsyncIterator[bytes]:
     """The typed event stream, every event with its ``sequence_number``."""
-    queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
+    queue: asyncio.Queue[list[OutputEvent] | None] = asyncio.Queue()
     sequence = 0
 
-    def frame(event: dict[str, Any]) -> bytes:
+    def frame(event: StreamEvent) -> bytes:
         nonlocal sequence
-        event = {**event, "sequence_number": sequence}
+        event.sequence_number = sequence
         sequence += 1
-        return sse_event(json_bytes(event), event=event["type"])
+        if isinstance(event, ResponseEvent):
+            # Written as the whole body and the store write a response (see
+            # ResponseObject.body), so that its numbers read the same in all three.
+            data = json_bytes(event.model_dump(mode="json"))
+        else:
+            data = json_bytes(event)
+        return sse_event(data, event=event.type)
 
-    async def push(events: list[dict[str, Any]]) -> None:
+    async def push(events: list[OutputEvent]) -> None:
         await queue.put(events)
 
     rid, created, req = ex.rid, ex.created, ex.req
     started = svc.response(rid, created, req, "in_progress", [], None)
-    yield frame({"type": "response.created", "response": started})
-    yield frame({"type": "response.in_progress", "response": started})
+    yield frame(ResponseEvent(type="response.created", response=started))
+    yield frame(ResponseEvent(type="response.in_progress", response=started))
     task = asyncio.ensure_future(_generate(ex, driver, push))
     task.add_done_callback(lambda _t: queue.put_nowait(None))
 
@@ -157,21 +162,24 @@ async def _stream(
         done = task.result()
         final = svc.finished(ex, done)
         await svc.keep(ex, final, done)
-        yield frame({"type": f"response.{final['status']}", "response": final})
+        if final.status == "incomplete":
+            yield frame(ResponseEvent(type="response.incomplete", response=final))
+        else:
+            yield frame(ResponseEvent(type="response.completed", response=final))
 
     def failed(error: ApiError) -> list[bytes]:
-        response = svc.response(rid, created, req, "failed", [], None)
-        response["error"] = {"code": "server_error", "message": error.message}
+        response = svc.response(
+            rid,
+            created,
+            req,
+            "failed",
+            [],
+            None,
+            error=ResponseError(code="server_error", message=error.message),
+        )
         return [
-            frame(
-                {
-                    "type": "error",
-                    "code": error.code or "server_error",
-                    "message": error.message,
-                    "param": None,
-                }
-            ),
-            frame({"type": "response.failed", "response": response}),
+            frame(ErrorEvent(code=error.code or "server_error", message=error.message)),
+            frame(ResponseEvent(type="response.failed", response=response)),
         ]
 
     async def stop() -> None:

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -30,6 +30,17 @@ from .input import (
     to_messages,
 )
 from .output import OutputBuilder, item_id
+from .wire import (
+    FunctionCallItem,
+    IncompleteDetails,
+    MessageItem,
+    OutputItem,
+    ReasoningItem,
+    ResponseError,
+    ResponseObject,
+    ResponseStatus,
+    Usage,
+)
 
 log = logging.getLogger("chatfmt.server")
 
@@ -135,83 +146,86 @@ class ResponsesService:
         rid: str,
         created: float,
         req: ResponsesRequest,
-        status: str,
-        output: list[dict[str, Any]],
-        usage: dict[str, Any] | None,
+        status: ResponseStatus,
+        output: list[OutputItem],
+        usage: Usage | None,
+        *,
         incomplete: bool = False,
-    ) -> dict[str, Any]:
-        return {
-            "id": rid,
-            "object": "response",
-            "created_at": int(created),
-            "status": status,
-            "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-            "instructions": req.instructions,
-            "max_output_tokens": req.max_output_tokens,
-            "model": self.chat.model_name,
-            "output": output,
-            "parallel_tool_calls": True
+        error: ResponseError | None = None,
+    ) -> ResponseObject:
+        return ResponseObject(
+            id=rid,
+            created_at=int(created),
+            status=status,
+            error=error,
+            incomplete_details=IncompleteDetails(reason="max_output_tokens")
+            if incomplete
+            else None,
+            instructions=req.instructions,
+            max_output_tokens=req.max_output_tokens,
+            model=self.chat.model_name,
+            output=output,
+            parallel_tool_calls=True
             if req.parallel_tool_calls is None
             else req.parallel_tool_calls,
-            "previous_response_id": req.previous_response_id,
-            "reasoning": None,
-            "store": req.store and self.store is not None,
-            "temperature": req.temperature,
-            "text": req.text or {"format": {"type": "text"}},
-            "tool_choice": req.tool_choice or "auto",
-            "tools": req.tools or [],
-            "top_p": req.top_p,
-            "truncation": "disabled",
-            "usage": usage,
-            "metadata": req.metadata or {},
-        }
+            previous_response_id=req.previous_response_id,
+            store=req.store and self.store is not None,
+            temperature=req.temperature,
+            text=req.text or {"format": {"type": "text"}},
+            tool_choice=req.tool_choice or "auto",
+            tools=req.tools or [],
+            top_p=req.top_p,
+            usage=usage,
+            metadata=req.metadata or {},
+        )
 
-    def finished(self, ex: Exchange, done: Generated) -> dict[str, Any]:
+    def finished(self, ex: Exchange, done: Generated) -> ResponseObject:
         """The response body once the generation ``done``."""
-        status = "incomplete" if done.length else "completed"
-        usage = _usage(len(ex.prep.prompt_ids), done.n_completion, done.cached)
+        status: Literal["completed", "incomplete"] = "incomplete" if done.length else "completed"
+        usage = Usage.of(len(ex.prep.prompt_ids), done.n_completion, done.cached)
         return self.response(
             ex.rid, ex.created, ex.req, status, done.builder.items, usage, incomplete=done.length
         )
 
-    async def keep(self, ex: Exchange, response: dict[str, Any], generated: Generated) -> None:
+    async def keep(self, ex: Exchange, response: ResponseObject, generated: Generated) -> None:
         """Store the response with the messages it added (when asked and possible). The reply
         is written as the client saw it, from the output items (text the call policy demoted
         included), so a continued conversation renders what the client would send back; its
         exact ids are kept too when they say the same (see :func:`_exact`). A store that
-        fails is logged: the answer is not lost for it."""
-        if self.store is None or not response["store"]:
+        fails is logged: the answer is not lost for it (``store`` becomes false)."""
+        if self.store is None or not response.store:
             return
         reply = _reply(response)
         exact = _exact(ex.prep, generated, reply, self.chat.stop_ids)
         try:
             await self.store.put(
-                ex.owner, response, _stored_items(ex.items), [*ex.new, reply], exact
+                ex.owner, response.as_json(), _stored_items(ex.items), [*ex.new, reply], exact
             )
         except (StoreFull, BrokenChain) as exc:
             # Not kept, and the body says so (store: false): the limit, or the conversation
             # it continues lost a response while it was generated (it could not be continued).
-            log.warning("response %s not stored: %s", response["id"], exc)
-            response["store"] = False
+            log.warning("response %s not stored: %s", response.id, exc)
+            response.store = False
         except Exception:
-            log.exception("storing response %s failed", response["id"])
-            response["store"] = False
+            log.exception("storing response %s failed", response.id)
+            response.store = False
 
 
-def _reply(response: dict[str, Any]) -> dict[str, Any]:
+def _reply(response: ResponseObject) -> dict[str, Any]:
     """The response's output as one assistant chat message (reasoning included)."""
-    text, calls, reasoning = [], [], []
-    for item in response["output"]:
-        if item["type"] == "message":
-            text += [part.get("text", "") for part in item["content"]]
-        elif item["type"] == "function_call" and item.get("status") != "incomplete":
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    reasoning: list[str] = []
+    for item in response.output:
+        if isinstance(item, MessageItem):
+            text += [part.text for part in item.content]
+        elif isinstance(item, FunctionCallItem) and item.status != "incomplete":
             # A call cut off is not runnable, so the conversation does not keep it: nothing
             # can answer it, and its partial arguments are no call to show the model again.
-            function = {"name": item["name"], "arguments": item["arguments"] or "{}"}
-            calls.append({"id": item["call_id"], "type": "function", "function": function})
-        elif item["type"] == "reasoning":
-            reasoning += [part.get("text", "") for part in item.get("content") or ()]
+            function = {"name": item.name, "arguments": item.arguments or "{}"}
+            calls.append({"id": item.call_id, "type": "function", "function": function})
+        elif isinstance(item, ReasoningItem):
+            reasoning += [part.text for part in item.content]
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
@@ -278,13 +292,3 @@ def _exact(
     base = prep.exact_base
     n_reply = len(prep.prompt_ids) - prep.reply_start + len(ids)
     return ExactIds(prep.view, base, [*prep.prompt_ids[base:], *ids], n_reply)
-
-
-def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
-    return {
-        "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached or 0, "cache_write_tokens": 0},
-        "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": prompt + completion,
-    }

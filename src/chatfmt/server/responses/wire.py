@@ -1,0 +1,345 @@
+"""The Responses API's wire shapes: output items, stream events and the response object.
+
+These are the objects chatfmt writes (the subset of OpenAI's schema it serves), built by
+:mod:`.output` and :mod:`.service` and written by :mod:`.routes`. Fields are declared in the
+order they are written. Every field is always written, ``null`` included (``error``,
+``usage`` while in progress, ``temperature`` not asked for), except ``encrypted_content``,
+which a reasoning item has only when asked for (``include``).
+
+An event's ``sequence_number`` is its place in the stream, set when the stream writes it (0
+until then): one builder serves the whole response and the stream, and only the stream counts.
+
+Lists that chatfmt always writes empty (``annotations``, ``logprobs``, ``summary``) are tuples
+defaulting to ``()``: an immutable default is shared, where a list would be copied for every
+event, and streaming builds one event per token. They are JSON arrays all the same.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ==== Output items ====
+
+
+class UrlCitation(_Wire):
+    """A span of the text that cites a URL (the kind that needs no OpenAI file store)."""
+
+    type: Literal["url_citation"] = "url_citation"
+    start_index: int
+    end_index: int
+    url: str
+    title: str
+
+
+class TopLogprob(_Wire):
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+class Logprob(_Wire):
+    """A token of an ``output_text`` part with its log probability."""
+
+    token: str
+    bytes: list[int]
+    logprob: float
+    top_logprobs: list[TopLogprob]
+
+
+class OutputTextPart(_Wire):
+    """A message's text. chatfmt cites nothing and passes no log probabilities through
+    (``include: ["message.output_text.logprobs"]`` is refused), so both lists stay empty."""
+
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: tuple[UrlCitation, ...] = ()
+    logprobs: tuple[Logprob, ...] = ()
+
+
+class ReasoningTextPart(_Wire):
+    """Reasoning as the model wrote it (gpt-oss's analysis channel)."""
+
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class SummaryTextPart(_Wire):
+    type: Literal["summary_text"] = "summary_text"
+    text: str
+
+
+class MessageItem(_Wire):
+    id: str
+    type: Literal["message"] = "message"
+    status: ItemStatus
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputTextPart]
+
+
+class ReasoningItem(_Wire):
+    id: str
+    type: Literal["reasoning"] = "reasoning"
+    status: ItemStatus
+    summary: tuple[SummaryTextPart, ...] = ()
+    content: list[ReasoningTextPart]
+    #: The reasoning in one opaque string (see :func:`.output.reasoning_blob`), only when the
+    #: request asked for it: OpenAI leaves it out otherwise.
+    encrypted_content: str | None = Field(default=None, exclude_if=_is_none)
+
+
+class FunctionCallItem(_Wire):
+    id: str
+    type: Literal["function_call"] = "function_call"
+    status: ItemStatus
+    call_id: str
+    name: str
+    arguments: str
+
+
+OutputItem = Annotated[MessageItem | ReasoningItem | FunctionCallItem, Field(discriminator="type")]
+ContentPart = Annotated[OutputTextPart | ReasoningTextPart, Field(discriminator="type")]
+
+
+# ==== The response object ====
+
+
+class ResponseError(_Wire):
+    code: str
+    message: str
+
+
+class IncompleteDetails(_Wire):
+    reason: Literal["max_output_tokens"]
+
+
+class InputTokensDetails(_Wire):
+    cached_tokens: int
+    #: Not counted by chatfmt (always 0); OpenAI's schema requires the field.
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(_Wire):
+    #: Not counted apart from the output by chatfmt (always 0), reasoning included.
+    reasoning_tokens: int = 0
+
+
+class Usage(_Wire):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+    @classmethod
+    def of(cls, prompt: int, completion: int, cached: int | None) -> Usage:
+        return cls(
+            input_tokens=prompt,
+            input_tokens_details=InputTokensDetails(cached_tokens=cached or 0),
+            output_tokens=completion,
+            output_tokens_details=OutputTokensDetails(),
+            total_tokens=prompt + completion,
+        )
+
+
+class ResponseObject(_Wire):
+    """A response: the body of ``POST /v1/responses``, what the store keeps, and what the
+    stream's ``response.*`` events carry. ``text``, ``tool_choice`` and ``tools`` echo the
+    request as it was sent."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: ResponseStatus
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None
+    max_output_tokens: int | None
+    model: str
+    output: list[OutputItem]
+    parallel_tool_calls: bool
+    previous_response_id: str | None
+    reasoning: None = None
+    store: bool
+    temperature: float | None
+    text: dict[str, Any]
+    tool_choice: str | dict[str, Any]
+    tools: list[dict[str, Any]]
+    top_p: float | None
+    truncation: Literal["disabled"] = "disabled"
+    usage: Usage | None
+    metadata: dict[str, str]
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain JSON values, as the store keeps them."""
+        return self.model_dump(mode="json")
+
+    def body(self) -> str:
+        """The whole-response body. Written by :func:`json.dumps`, as the store writes it, so
+        that ``GET /v1/responses/{id}`` answers the same text (pydantic would write a small
+        number the request sent, such as ``top_p: 1e-05``, as ``0.00001``)."""
+        return json.dumps(self.as_json(), ensure_ascii=False)
+
+
+# ==== Stream events ====
+
+
+class OutputItemAdded(_Wire):
+    """An item begins, shown as it is then (no content yet, a call with no arguments)."""
+
+    type: Literal["response.output_item.added"] = "response.output_item.added"
+    output_index: int
+    item: OutputItem
+    sequence_number: int = 0
+
+
+class OutputItemDone(_Wire):
+    type: Literal["response.output_item.done"] = "response.output_item.done"
+    output_index: int
+    item: OutputItem
+    sequence_number: int = 0
+
+
+class ContentPartAdded(_Wire):
+    type: Literal["response.content_part.added"] = "response.content_part.added"
+    item_id: str
+    output_index: int
+    content_index: int
+    part: ContentPart
+    sequence_number: int = 0
+
+
+class ContentPartDone(_Wire):
+    type: Literal["response.content_part.done"] = "response.content_part.done"
+    item_id: str
+    output_index: int
+    content_index: int
+    part: ContentPart
+    sequence_number: int = 0
+
+
+class DeltaTopLogprob(_Wire):
+    token: str
+    logprob: float
+
+
+class DeltaLogprob(_Wire):
+    """A token of a text delta with its log probability (the events' shape: no ``bytes``)."""
+
+    token: str
+    logprob: float
+    top_logprobs: list[DeltaTopLogprob]
+
+
+class OutputTextDelta(_Wire):
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: tuple[DeltaLogprob, ...] = ()
+    sequence_number: int = 0
+
+
+class OutputTextDone(_Wire):
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: tuple[DeltaLogprob, ...] = ()
+    sequence_number: int = 0
+
+
+class ReasoningTextDelta(_Wire):
+    type: Literal["response.reasoning_text.delta"] = "response.reasoning_text.delta"
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    sequence_number: int = 0
+
+
+class ReasoningTextDone(_Wire):
+    type: Literal["response.reasoning_text.done"] = "response.reasoning_text.done"
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    sequence_number: int = 0
+
+
+class FunctionCallArgumentsDelta(_Wire):
+    type: Literal["response.function_call_arguments.delta"] = (
+        "response.function_call_arguments.delta"
+    )
+    item_id: str
+    output_index: int
+    delta: str
+    sequence_number: int = 0
+
+
+class FunctionCallArgumentsDone(_Wire):
+    type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
+    item_id: str
+    output_index: int
+    name: str
+    arguments: str
+    sequence_number: int = 0
+
+
+class ResponseEvent(_Wire):
+    """The response as a whole: created and in progress before its output, then how it
+    ended (``completed``, ``incomplete``, or ``failed`` after an ``error`` event)."""
+
+    type: Literal[
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+    ]
+    response: ResponseObject
+    sequence_number: int = 0
+
+
+class ErrorEvent(_Wire):
+    """A failure after the stream began (its status code is already sent)."""
+
+    type: Literal["error"] = "error"
+    code: str
+    message: str
+    param: str | None = None
+    sequence_number: int = 0
+
+
+#: What :class:`.output.OutputBuilder` emits: the output items and their content, piece by piece.
+OutputEvent = (
+    OutputItemAdded
+    | OutputItemDone
+    | ContentPartAdded
+    | ContentPartDone
+    | OutputTextDelta
+    | OutputTextDone
+    | ReasoningTextDelta
+    | ReasoningTextDone
+    | FunctionCallArgumentsDelta
+    | FunctionCallArgumentsDone
+)
+
+#: Every event the stream writes.
+StreamEvent = OutputEvent | ResponseEvent | ErrorEvent
