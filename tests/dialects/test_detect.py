@@ -221,6 +221,13 @@ def test_plain_chatml_is_chatml() -> None:
             ),
             "default system prompt",
         ),
+        (
+            lambda t: (
+                "{{ '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                "helpful assistant. Answer in French.<|im_end|>\n' }}" + t
+            ),
+            "Qwen's default system prompt, and more",
+        ),
         (lambda t: "{{ bos_token }}" + t, "BOS token"),
         (lambda t: t.replace("{% endif %}", "<think>\\n{% endif %}"), "reasoning"),
         (lambda t: "{% if tools %}{{ tools | tojson }}{% endif %}" + t, "tools written its way"),
@@ -255,6 +262,18 @@ MISTRAL_V7 = (
     "[TOOL_RESULTS]{{ message.tool_call_id }}[TOOL_CONTENT]{{ message['content'] }}"
     "[/TOOL_RESULTS]{% else %}{{ message['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
 )
+GEMMA3 = (
+    "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
+    "messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}"
+    "{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}{%- if message['role'] == 'assistant' -%}"
+    "{%- set role = 'model' -%}{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{%- for item in message['content'] -%}{%- if item['type'] == 'image' -%}"
+    "{{ '<start_of_image>' }}{%- else -%}{{ item['text'] | trim }}{%- endif -%}{%- endfor -%}"
+    "{{ '<end_of_turn>\n' }}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
 LLAMA2 = (
     "{% for message in messages %}{% if message['role'] == 'system' %}{{ '<<SYS>>\\n' + "
     "message['content'] + '\\n<</SYS>>\\n\\n' }}{% elif message['role'] == 'user' %}"
@@ -265,8 +284,14 @@ LLAMA2 = (
 
 @pytest.mark.parametrize(
     ("template", "expected"),
-    [(GLM4, "glm4"), (CHATGLM3, "chatglm3"), (MISTRAL_V7, "mistral-v7"), (LLAMA2, None)],
-    ids=["glm4", "chatglm3", "mistral-v7", "llama2"],
+    [
+        (GLM4, "glm4"),
+        (CHATGLM3, "chatglm3"),
+        (MISTRAL_V7, "mistral-v7"),
+        (GEMMA3, "gemma3"),
+        (LLAMA2, None),
+    ],
+    ids=["glm4", "chatglm3", "mistral-v7", "gemma3", "llama2"],
 )
 def test_formats_written_here(template: str, expected: str | None) -> None:
     check(detect_dialect(template, None), expected)

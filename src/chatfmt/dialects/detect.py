@@ -22,7 +22,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["Detection", "detect_dialect", "normalize_template"]
+__all__ = ["ARCHITECTURE_DIALECTS", "Detection", "detect_dialect", "normalize_template"]
 
 
 @dataclass(frozen=True)
@@ -280,8 +280,9 @@ _FINGERPRINTS: tuple[_Fingerprint, ...] = (
 
 _KNOWN_TOKENS = frozenset().union(*(f.tokens for f in _FINGERPRINTS if f.tokens is not None))
 
-#: Where a template carries no fingerprint: architectures with one chat format only (the
-#: same table ``chatfmt serve`` used before templates were read, so such models keep theirs).
+#: For a model without a chat template: architectures with one chat format only. ``qwen2`` and
+#: ``gemma3`` are what ``chatfmt serve`` went by before it read templates, so such models keep
+#: their dialect; Gemma 1 and 2 write Gemma 3's turns, and gpt-oss only speaks harmony.
 ARCHITECTURE_DIALECTS = {
     "qwen2": "qwen2.5",
     "gemma": "gemma3",
@@ -302,7 +303,8 @@ _FAMILIES = (
 
 
 def _fixed_systems(norm: str) -> list[str]:
-    """The text of every system turn the template writes itself, as its first words."""
+    """The text of every system turn the template writes itself (a default system prompt),
+    up to where a literal, an expression or a control token ends it."""
     return re.findall(r"<\|im_start\|>system ([^'<{+~]{3,})", norm)
 
 
@@ -319,10 +321,9 @@ def _fits(fp: _Fingerprint, norm: str, tokens: set[str]) -> bool:
         if not all(normalize_template(m) in norm for m in fp.with_tools):
             return False
     if fp.fixed_system is not None:
-        allowed = [normalize_template(s) for s in fp.fixed_system]
-        for text in _fixed_systems(norm):
-            if not any(text.startswith(a) for a in allowed):
-                return False
+        allowed = {normalize_template(s) for s in fp.fixed_system}
+        if any(text.strip() not in allowed for text in _fixed_systems(norm)):
+            return False
     return True
 
 
@@ -366,7 +367,7 @@ def detect_dialect(
                 f"the model has no chat template, and its architecture ({arch}) has one chat "
                 f"format, {by_arch}'s",
             )
-        said = f"its architecture ({arch}) does not tell" if arch else "nor an architecture"
+        said = f"its architecture ({arch}) does not tell" if arch else "no architecture"
         return Detection(
             None, f"the model has no chat template (tokenizer.chat_template), and {said}", names
         )
