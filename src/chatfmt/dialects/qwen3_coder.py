@@ -364,10 +364,10 @@ def xml_call_grammar(
     """Calls ``<tool_call>\\n<function=NAME>\\n`` … ``</function>\\n</tool_call>`` of ``tools``.
 
     Each declared parameter comes in the schema's order, the required ones always; a string
-    value is free text, an integer, number, object or array value follows its schema as JSON,
-    a boolean is ``true``/``false`` in either spelling (the templates write Python's
-    ``True``). A tool without declared parameters takes any. Lazy unless ``required``: the
-    grammar starts at ``<tool_call>``."""
+    value is free text (one of its ``enum`` when it has one); an integer, number, object or
+    array value follows its schema as JSON; a boolean is ``true``/``false`` in either spelling
+    (the templates write Python's ``True``). A tool without declared parameters takes any.
+    Lazy unless ``required``: the grammar starts at ``<tool_call>``."""
     c = CallRules(tools)
     text = c.rules.add("xml-text", _TEXT_VALUE)
     alts = []
@@ -402,6 +402,10 @@ def xml_call_grammar(
 
 
 def _value_rule(c: CallRules, schema: Any, text: str, strict: bool, hint: str) -> str:
+    enum = schema.get("enum") if isinstance(schema, Mapping) else None
+    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+        # A string enum is written bare, as the template writes a string value.
+        return c.rules.add(f"{hint}-enum", " | ".join(literal(v) for v in enum))
     types = schema_types(schema)
     if types is None or "string" in types or len(types) != 1:
         return text
