@@ -128,3 +128,43 @@ def test_reasoning_of_the_tool_loop_is_sent_back(tok: Any) -> None:
     app, fake = qwen3_app(tok)
     assert chat(app, {"messages": history, "tools": tools}).status_code == 200
     assert "<think>\nCall f.\n</think>\n\n<tool_call>" in tok.decode(fake.prompts[-1])
+
+
+# ==== The Responses API ====
+
+
+def respond(app: Any, body: dict[str, Any]) -> Any:
+    from test_chat_fake import request
+
+    return request(app, "POST", "/v1/responses", json=body)
+
+
+def test_responses_reasoning_is_echoed_and_its_refusal_names_the_param(tok: Any) -> None:
+    app, fake = qwen3_app(tok, script=["Hello!<|im_end|>"])
+    r = respond(app, {"input": "Hi", "reasoning": {"effort": "none", "summary": "auto"}})
+    assert r.status_code == 200, r.text
+    assert r.json()["reasoning"] == {"effort": "none", "summary": "auto"}
+    assert tok.decode(fake.prompts[-1]).endswith(OFF_TAIL)
+    assert respond(app, {"input": "Hi"}).json()["reasoning"] is None
+    plain, _ = qwen3_app(tok, "qwen2.5")
+    r = respond(plain, {"input": "Hi", "reasoning": {"effort": "high"}})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "reasoning.effort"
+    assert "has no reasoning" in r.json()["error"]["message"]
+
+
+def test_a_call_that_closed_before_the_cut_stays_complete(tok: Any) -> None:
+    call = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    body_text = '\n{"name": "f", "arguments": {}}\n'
+    n = len(tok.encode_text(body_text)) + 2  # both tags are single tokens of this vocabulary
+    app, _ = qwen3_app(tok, "qwen2.5", [call + " and some more words"])
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+    body = {"input": "Go", "tools": tools, "max_output_tokens": n}
+    r = respond(app, body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["status"] == "incomplete"
+    assert [(i["type"], i["status"]) for i in out["output"]] == [("function_call", "completed")]
+    # Cut inside the arguments instead: the call is incomplete.
+    short = respond(app, {**body, "max_output_tokens": n - 3}).json()
+    assert [i["status"] for i in short["output"]] == ["incomplete"]

@@ -143,7 +143,11 @@ class OutputBuilder:
         whatever ended it (its ``ToolCallEnd`` says so), with exactly its partial arguments."""
         out: list[OutputEvent] = []
         if cut and self.items:
-            self.items[-1].status = "incomplete"
+            last = self.items[-1]
+            # Only an item still being written was cut: a call whose JSON closed is whole
+            # even when the cut came right after it.
+            if last is self._open or any(c.item is last for c in self._calls.values()):
+                last.status = "incomplete"
         self._close(out)
         for call in self._calls.values():
             self._end_call(call, out)

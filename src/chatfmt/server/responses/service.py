@@ -35,6 +35,7 @@ from .wire import (
     IncompleteDetails,
     MessageItem,
     OutputItem,
+    ReasoningConfig,
     ReasoningItem,
     ResponseError,
     ResponseObject,
@@ -136,7 +137,12 @@ class ResponsesService:
             # The stored reply is the message right before this request's new ones.
             before_reply = len(chat.messages) - len(new) - 1
             continuation = Continuation(chain.ids, chain.view, before_reply, chain.reply)
-        prep = await self.chat.prepare_async(chat, continuation=continuation, view=True)
+        try:
+            prep = await self.chat.prepare_async(chat, continuation=continuation, view=True)
+        except ApiError as exc:
+            if exc.param == "reasoning_effort":  # named as this API's request names it
+                exc.param = "reasoning.effort"
+            raise
         if chain is not None and self.chat.metrics is not None:
             self.chat.metrics.continued(prep.exact_base > 0)
         return Exchange(req, owner, items, new, prep)
@@ -169,6 +175,9 @@ class ResponsesService:
             if req.parallel_tool_calls is None
             else req.parallel_tool_calls,
             previous_response_id=req.previous_response_id,
+            reasoning=ReasoningConfig(effort=req.reasoning.effort, summary=req.reasoning.summary)
+            if req.reasoning is not None
+            else None,
             store=req.store and self.store is not None,
             temperature=req.temperature,
             text=req.text or {"format": {"type": "text"}},

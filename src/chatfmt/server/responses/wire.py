@@ -156,6 +156,13 @@ class Usage(_Wire):
         )
 
 
+class ReasoningConfig(BaseModel):
+    """The ``reasoning`` a request sent, echoed in the response as OpenAI does."""
+
+    effort: str | None = None
+    summary: str | None = None
+
+
 class ResponseObject(_Wire):
     """A response: the body of ``POST /v1/responses``, what the store keeps, and what the
     stream's ``response.*`` events carry. ``text``, ``tool_choice`` and ``tools`` echo the
@@ -173,7 +180,8 @@ class ResponseObject(_Wire):
     output: list[OutputItem]
     parallel_tool_calls: bool
     previous_response_id: str | None
-    reasoning: None = None
+    #: The request's ``reasoning`` as it was applied (``None``: not sent).
+    reasoning: ReasoningConfig | None = None
     store: bool
     temperature: float | None
     text: dict[str, Any]
