@@ -44,6 +44,42 @@ def _qwq() -> Dialect:
     return QwQ()
 
 
+def _qwen3_coder() -> Dialect:
+    from .qwen3_coder import Qwen3Coder
+
+    return Qwen3Coder()
+
+
+def _qwen35() -> Dialect:
+    from .qwen3_coder import Qwen35
+
+    return Qwen35()
+
+
+def _deepseek_r1() -> Dialect:
+    from .deepseek import DeepSeekR1
+
+    return DeepSeekR1()
+
+
+def _deepseek_v31() -> Dialect:
+    from .deepseek import DeepSeekV31
+
+    return DeepSeekV31()
+
+
+def _deepseek_v32() -> Dialect:
+    from .deepseek import DeepSeekV32
+
+    return DeepSeekV32()
+
+
+def _deepseek_v4() -> Dialect:
+    from .deepseek import DeepSeekV4
+
+    return DeepSeekV4()
+
+
 def _chatglm3() -> Dialect:
     from .chatglm3 import ChatGLM3
 
@@ -97,6 +133,12 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "qwen2.5": _qwen25,
     "qwen3": _qwen3,
     "qwq": _qwq,
+    "qwen3-coder": _qwen3_coder,
+    "qwen3.5": _qwen35,
+    "deepseek-r1": _deepseek_r1,
+    "deepseek-v3.1": _deepseek_v31,
+    "deepseek-v3.2": _deepseek_v32,
+    "deepseek-v4": _deepseek_v4,
     "chatglm3": _chatglm3,
     "mistral-v3": _mistral_v3,
     "mistral-v7": _mistral_v7,
