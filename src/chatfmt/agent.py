@@ -184,7 +184,9 @@ class Agent:
                 stop_strings=self.params.stop_strings,
                 grammar=(self.params.grammar or self._words()) if answer_now else grammar,
             )
-            decoder = TurnDecoder(self.dialect, tok, stop_strings=self.params.stop_strings)
+            # The tools' schemas type the values of formats whose calls carry text (XML).
+            parsing = self.dialect.with_tools(conv.tools) if conv.tools else self.dialect
+            decoder = TurnDecoder(parsing, tok, stop_strings=self.params.stop_strings)
             driver = TurnDriver(self.engine, decoder, prompt.ids, params)
             # aclosing: a consumer that stops reading this loop stops the engine now, not
             # when the garbage collector gets to the driver's generator.

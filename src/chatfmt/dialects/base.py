@@ -182,6 +182,12 @@ class Dialect(ABC):
             configured._set_effort(effort)
         return configured
 
+    def with_tools(self, tools: Sequence[ToolLike]) -> Dialect:
+        """This dialect for a request that offers ``tools``: a format whose calls carry
+        untyped text (Qwen3-Coder's XML parameters) reads each value by its tool's schema.
+        Most formats write JSON and need nothing: they return ``self``."""
+        return self
+
     def _set_effort(self, effort: str) -> None:
         """Render ``effort`` (one of :attr:`reasoning_efforts`) from now on: a dialect that
         lists efforts implements this."""

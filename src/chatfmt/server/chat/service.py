@@ -217,6 +217,8 @@ class ChatService:
             req.reasoning_effort, req.chat_template_kwargs, effort_param="reasoning_effort"
         )
         dialect = configure(self.dialect, enabled, effort, param="reasoning_effort")
+        if tools:
+            dialect = dialect.with_tools(tools)
         grammar = self._constraint(req, tools, dialect)
         # Without a grammar, a forced call is started in the prompt instead.
         prefill = self._forced_call(req, tools, dialect) if grammar is None else ()
