@@ -51,6 +51,7 @@ TOKENIZERS: dict[str, str | None] = {
     "mistral-v11": "mistral_v11_tok",
     "harmony": "harmony_tok",
     "qwen3": "qwen3_tok",
+    "qwq": "qwen3_tok",
     "qwen3-coder": "qwen3_tok",
     "qwen3.5": "qwen35_tok",
     "deepseek-r1": "deepseek_v3_tok",
@@ -126,7 +127,7 @@ def _reply(dialect: Dialect, calls: list[tuple[str, dict[str, Any]]]) -> str | N
 
 def _after_thought(prompt: str, whole: str) -> str | None:
     """The reply when history renders the thought differently from the generation prompt
-    (DeepSeek: the prompt opens ``<think>`` or closes an empty one; history drops it): what
+    (DeepSeek, QwQ: the prompt opens ``<think>`` or closes an empty one; history drops it): what
     the model writes after the prompt to give that history."""
     n = _common(prompt, whole)
     k = prompt.find("<think>", max(n - 7, 0))
@@ -136,6 +137,8 @@ def _after_thought(prompt: str, whole: str) -> str | None:
         return "</think>\n\n" + rest.removeprefix("</think>")
     if opened.endswith("</think>") and rest.startswith("</think>"):
         return rest[len("</think>") :]
+    if opened.startswith("<think>") and opened.rstrip("\n").endswith("</think>"):
+        return rest  # the prompt closed an empty thought (QwQ); history shows none
     return None
 
 
