@@ -41,7 +41,7 @@ TOOLS = [Tool(definition=WEATHER), Tool(definition=CLOCK)]
 ARGS = {"city": 'Paris, Île-de-France "FR"', "unit": "celsius", "days": 3}
 CALLING = [
     "qwen2.5", "chatml", "llama3", "mistral-v3", "mistral-v7", "mistral-v11", "chatglm3", "glm4",
-    "harmony", "qwen3",
+    "harmony", "qwen3", "deepseek-r1", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4",
 ]  # fmt: skip
 
 
@@ -63,8 +63,21 @@ def output_of(dialect: Any, calls: list[tuple[str, dict[str, Any]]]) -> str:
     }
     prompt = dialect.render_text(user, tools=TOOLS)
     full = dialect.render_text([*user, reply], tools=TOOLS, add_generation_prompt=False)
-    assert full.startswith(prompt)
-    out = full[len(prompt) :]
+    opened = "<think>\n"
+    closed = "<think></think>"
+    if prompt.endswith(closed) and not full.startswith(prompt):
+        # The prompt closed an empty thought (DeepSeek V3.2, thinking off) that history shows
+        # as a lone "</think>": the reply is what follows.
+        assert full.startswith(prompt[: -len(closed)])
+        out = full[len(prompt) - len(closed) :].removeprefix("</think>")
+    elif prompt.endswith(opened) and not full.startswith(prompt):
+        # The prompt opened the thought (DeepSeek R1) and history shows none: the reply
+        # closes it, then calls.
+        assert full.startswith(prompt[: -len(opened)])
+        out = "</think>\n\n" + full[len(prompt) - len(opened) :]
+    else:
+        assert full.startswith(prompt)
+        out = full[len(prompt) :]
     ends = [out.index(s) for s in dialect.stop_controls if s in out]
     return out[: min(ends)] if ends else out
 
@@ -121,7 +134,11 @@ def test_required_calls(judge: GrammarOracle, name: str) -> None:
     else:
         missing = output_of(dialect, [("get_weather", no_city)])
     assert not judge.accepts(g.gbnf, missing), missing
-    out_of_range = out.replace('"days": 3', '"days": 9').replace("days=3", "days=9")
+    out_of_range = (
+        out.replace('"days": 3', '"days": 9')
+        .replace("days=3", "days=9")
+        .replace('"days" string="false">3<', '"days" string="false">9<')  # DSML
+    )
     assert out_of_range != out and not judge.accepts(g.gbnf, out_of_range)
 
 

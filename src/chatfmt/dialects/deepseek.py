@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ValidationError
-from ..grammar import Grammar, ToolLike
+from ..grammar import Grammar, ToolLike, thought_first
 from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
@@ -114,6 +114,24 @@ class _DeepSeek(Dialect):
 
     def _think_end(self, b: BlockBuilder) -> None:
         b.control(THINK_END, required=False)
+
+    # ==== Grammars ====
+
+    def _calls_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool, single: bool
+    ) -> Grammar:
+        """The family's call syntax (see the subclasses)."""
+        raise NotImplementedError
+
+    def call_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """The family's calls; a required one may follow the thought when thinking is on
+        (the prompt opened it: the reply closes it first)."""
+        grammar = self._calls_grammar(tools, required=required, single=single)
+        if not self.thinking:
+            return grammar
+        return thought_first(grammar, THINK, THINK_END, opened=self.prompt_opens_thought)
 
     # ==== Parsing ====
 
@@ -249,7 +267,7 @@ class DeepSeekV31(_DeepSeek):
             id_factory=id_factory, stop_controls=self.stop_controls, fenced=self.fenced
         )
 
-    def call_grammar(
+    def _calls_grammar(
         self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
     ) -> Grammar:
         """``<｜tool▁calls▁begin｜>``, one call or more of a declared tool,
@@ -501,7 +519,7 @@ class DeepSeekV32(_DeepSeek):
             id_factory=id_factory, stop_controls=self.stop_controls, block=self.block_name
         )
 
-    def call_grammar(
+    def _calls_grammar(
         self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
     ) -> Grammar:
         """A DSML block of one invoke or more of declared tools, each parameter one of the

@@ -563,32 +563,33 @@ def special_call_grammar(
 def dsml_call_grammar(
     tools: Sequence[ToolLike], *, block: str, required: bool, single: bool
 ) -> Grammar:
-    """DSML calls of ``tools`` in a ``block``: each parameter one of the tool's declared
-    properties, a string property as raw text without ``<``, any other a JSON value of its
-    schema. Which properties are required is not enforced (the parser checks nothing either);
-    lazy from the block's opening tag unless ``required``."""
+    """DSML calls of ``tools`` in a ``block``: the tool's declared properties in the schema's
+    order, the required ones present, a string property as raw text without ``<``, any other
+    a JSON value of its schema; lazy from the block's opening tag unless ``required``."""
     c = CallRules(tools)
     d = literal(DSML)
     alts = []
     for t in c.tools:
         schema = t.function.get("parameters") or {"type": "object", "properties": {}}
         conv = SchemaConverter(c.rules, schema, strict=t.function.get("strict") is True)
+        needed = set(schema.get("required") or ())
         params = []
+        # In the schema's order, as models write them: the required ones must be there.
         for key, prop in (schema.get("properties") or {}).items():
             is_string = isinstance(prop, dict) and prop.get("type") == "string"
             value = "[^<]*" if is_string else conv.value(prop, f"{t.name}-{key}")
             open_tag = f'parameter name="{key}" string="{"true" if is_string else "false"}">'
-            params.append(
-                f'"<" {d} {literal(open_tag)} {value} "</" {d} "parameter>\\n"'
-            )
-        param = c.rules.add(f"params-{t.name}", " | ".join(params)) if params else None
+            param = f'"<" {d} {literal(open_tag)} {value} "</" {d} "parameter>\\n"'
+            params.append(f"({param})" if key in needed else f"({param})?")
         invoke = f'"<" {d} {literal(f"invoke name={json.dumps(t.name)}>" + chr(10))}'
-        rule = f"{invoke} {param + '*' if param else ''} \"</\" {d} \"invoke>\\n\""
+        rule = f"{invoke} {' '.join(params)} \"</\" {d} \"invoke>\\n\""
         alts.append(c.rules.add(f"call-{t.name}", rule))
     call = c.rules.add("call", " | ".join(alts))
     many = call if single else f"{call}+"
     open_tag = f'"<" {d} {literal(block + ">" + chr(10))}'
     body = f'{open_tag} {many} "</" {d} {literal(block + ">")}'
+    if required:  # the block follows the thought or empty content after blank lines
+        body = f"[\\n]* {body}"
     trigger = f"<{DSML}{block}>"
     triggers = () if required else (Trigger("word", trigger),)
     return c.grammar(body, triggers=triggers, preserved=(DSML,))
