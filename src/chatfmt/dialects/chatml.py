@@ -35,7 +35,8 @@ _TOOLS_HEAD = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
 )
-_TOOLS_TAIL = (
+#: The end of the Hermes tools section, with its call example (shared by the Qwen templates).
+HERMES_TOOLS_TAIL = (
     "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
     "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
@@ -44,11 +45,11 @@ _START = Control(IM_START)
 _END = Control(IM_END)
 _NEWLINE = Text("\n")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# A name is pasted between quotes by the template, so it must not need JSON escaping.
-_BAD_NAME = re.compile(r'["\\\x00-\x1f]')
+#: A call name the templates paste between quotes: one that would need JSON escaping.
+BAD_CALL_NAME = re.compile(r'["\\\x00-\x1f]')
 
 
-def _tojson(arguments: str) -> str:
+def arguments_json(arguments: str) -> str:
     """The template's ``tool_call.arguments | tojson`` for arguments given as an object."""
     text = json.dumps(json.loads(arguments), ensure_ascii=False)
     # A lone surrogate (from a "\ud800" escape) is not text a tokenizer can take: keep it escaped.
@@ -80,7 +81,7 @@ class ChatML(Dialect):
             return
         for i, m in enumerate(conversation.messages):
             for call in m.tool_calls or ():
-                if not call.name or _BAD_NAME.search(call.name):
+                if not call.name or BAD_CALL_NAME.search(call.name):
                     raise ValidationError(
                         f"tool call name {call.name!r} is empty or holds quotes, backslashes or "
                         "control characters, which break the call's JSON; use a plain "
@@ -139,7 +140,7 @@ class ChatML(Dialect):
             b.text(system + "\n\n" if system is not None else "")
             # Tool definitions are caller text: only the template's own tags are controls.
             b.text(self._tools_section(conversation.tools))
-            b.tagged(_TOOLS_TAIL)
+            b.tagged(HERMES_TOOLS_TAIL)
         else:
             b.text(system or "")
         b.control(IM_END)
@@ -192,7 +193,8 @@ class ChatML(Dialect):
                 b.tagged(call.raw)
             else:
                 b.control(TOOL_CALL, required=False)
-                b.text(f'\n{{"name": "{call.name}", "arguments": {_tojson(call.arguments)}}}\n')
+                args = arguments_json(call.arguments)
+                b.text(f'\n{{"name": "{call.name}", "arguments": {args}}}\n')
                 b.control(TOOL_CALL_END, required=False)
         b.control(IM_END)
         b.text("\n")

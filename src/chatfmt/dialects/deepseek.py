@@ -24,7 +24,7 @@ from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect, ReasoningMode, StreamParser
-from .chatml import _BAD_NAME, _tojson
+from .chatml import BAD_CALL_NAME, arguments_json
 from .parsers.deepseek import (
     BOS,
     CALL_BEGIN,
@@ -93,7 +93,7 @@ class _DeepSeek(Dialect):
                     rule="metadata",
                 )
             for call in m.tool_calls or ():
-                if not call.name or _BAD_NAME.search(call.name) or "<" in call.name:
+                if not call.name or BAD_CALL_NAME.search(call.name) or "<" in call.name:
                     raise ValidationError(
                         f"tool call name {call.name!r} is empty or holds quotes, '<', "
                         "backslashes or control characters, which break the call's syntax; use "
@@ -248,11 +248,11 @@ class DeepSeekV31(_DeepSeek):
             if self.fenced:
                 b.text("function")
                 b.control(SEP)
-                b.text(f"{call.name}\n```json\n{_tojson(call.arguments)}\n```")
+                b.text(f"{call.name}\n```json\n{arguments_json(call.arguments)}\n```")
             else:
                 b.text(call.name)
                 b.control(SEP)
-                b.text(_tojson(call.arguments))
+                b.text(arguments_json(call.arguments))
             b.control(CALL_END)
         b.control(CALLS_END)
 

@@ -19,7 +19,15 @@ from ..grammar import Grammar, ToolLike, thought_first
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder
 from .base import ReasoningMode, StreamParser
-from .chatml import _TOOLS_TAIL, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END, ChatML, _tojson
+from .chatml import (
+    HERMES_TOOLS_TAIL,
+    IM_END,
+    IM_START,
+    TOOL_CALL,
+    TOOL_CALL_END,
+    ChatML,
+    arguments_json,
+)
 from .parsers.hermes import HermesParser
 from .parsers.think import ThinkParser
 
@@ -148,7 +156,7 @@ class Qwen3(ChatML):
             b.tagged(raw)  # history re-renders to the tokens the model produced
             return
         b.control(TOOL_CALL, required=False)
-        b.text(f'\n{{"name": "{name}", "arguments": {_tojson(arguments)}}}\n')
+        b.text(f'\n{{"name": "{name}", "arguments": {arguments_json(arguments)}}}\n')
         b.control(TOOL_CALL_END, required=False)
 
     def _render_results(
@@ -232,7 +240,7 @@ class QwQ(Qwen3):
         b.control(IM_START)
         b.text("system\n" + (msgs[0].text if first_system else "") + "\n\n")
         b.text(self._tools_section(conversation.tools))
-        b.tagged(_TOOLS_TAIL)
+        b.tagged(HERMES_TOOLS_TAIL)
         b.control(IM_END)
         b.text("\n")
         blocks.append(b.block((0,) if first_system else ()))
