@@ -1,8 +1,9 @@
 """The ``chatfmt`` command line: argument parsing and dispatch, and the small commands
 (``render``, ``parse``, ``count``, ``fit``, ``tools``, ``chat``).
 
-``serve`` lives in ``serve.py`` and ``store`` in ``store.py``, each with its own options; what
-the commands share (usage errors, engine options, API keys, tools files) is in ``options.py``.
+``serve`` lives in ``serve.py``, ``store`` in ``store.py`` and ``dataset`` in ``dataset.py``,
+each with its own options; what the commands share (usage errors, engine options, API keys,
+tools files) is in ``options.py``.
 Exit status 0 on success and 2 on bad input, with a one-line error that names the problem.
 """
 
@@ -268,11 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_kernel_options(p)
     p.set_defaults(func=cmd_chat)
 
+    from .dataset import add_dataset_parser
     from .serve import add_serve_parser
     from .store import add_store_parser
 
     add_serve_parser(sub)
     add_store_parser(sub)
+    add_dataset_parser(sub)
     return parser
 
 
