@@ -18,7 +18,7 @@ from chatfmt import get_dialect
 from chatfmt.decoding import TurnDecoder
 from chatfmt.events import Event, ParseResult, event_json, merge_deltas
 
-DIALECTS = ("chatml", "qwen2.5", "chatglm3", "glm4", "harmony", "mistral-v11")
+DIALECTS = ("chatml", "qwen2.5", "chatglm3", "glm4", "harmony", "mistral-v11", "qwen3")
 CASES = [(d, case) for d in DIALECTS for case in parse_cases(d)]
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from goldens import check_json, check_text, read_text, render_cases
 from hypothesis import HealthCheck, given, settings
 from streams import run_turn
 from templates import conversations, hf_tokenizer_with, load_template, render_reference
@@ -102,6 +104,38 @@ def test_qwq_matches_template(
     ids = dialect.render(conv, qwen3_tok, add_generation_prompt=gen).ids
     if not _has_tags(conv):
         assert ids == hf_qwen3.encode(expected, add_special_tokens=False).ids
+
+
+# ==== Render goldens ====
+
+GOLDEN = [(d, c) for d in ("qwen3", "qwq") for c in render_cases(d)]
+
+
+@pytest.mark.parametrize(("name", "case"), GOLDEN, ids=[f"{d}/{c.name}" for d, c in GOLDEN])
+def test_render_golden(
+    name: str,
+    case: Path,
+    qwen3_tok: Any,
+    hf_qwen3: Any,
+    qwen3_template: Any,
+    qwq_template: Any,
+) -> None:
+    body = json.loads(read_text(case / "conversation.json"))
+    conv = load_conversation(body)
+    thinking = body.get("enable_thinking")
+    dialect = get_dialect(name).with_reasoning(enabled=thinking)
+    rendered = dialect.render(conv, qwen3_tok)
+    check_text(case / "expected.txt", rendered.text)
+    check_json(case / "expected_ids.json", rendered.ids, compact=True)
+    # A golden is a claim about the format: the template and the stock tokenizer agree.
+    template = qwen3_template if name == "qwen3" else qwq_template
+    kwargs = {} if thinking is None else {"enable_thinking": thinking}
+    assert rendered.text == render_reference(template, conv, none_content="", **kwargs)
+    assert rendered.ids == hf_qwen3.encode(rendered.text, add_special_tokens=False).ids
+
+
+def test_render_cases_exist() -> None:
+    assert {d for d, _ in GOLDEN} == {"qwen3", "qwq"} and len(GOLDEN) >= 5
 
 
 # ==== The history rule, by hand ====
