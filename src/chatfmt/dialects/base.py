@@ -188,6 +188,12 @@ class Dialect(ABC):
         Most formats write JSON and need nothing: they return ``self``."""
         return self
 
+    def for_reply_to(self, conversation: Conversation) -> Dialect:
+        """This dialect for parsing the reply to ``conversation``: a format whose generation
+        prompt opens the thought in some conversations but not in others (DeepSeek R1 and
+        V3.1 write none after tool results) says so here. Most return ``self``."""
+        return self
+
     def _set_effort(self, effort: str) -> None:
         """Render ``effort`` (one of :attr:`reasoning_efforts`) from now on: a dialect that
         lists efforts implements this."""

@@ -14,6 +14,8 @@ template and where chatfmt differs from it.
 
 from __future__ import annotations
 
+import copy
+
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -140,6 +142,19 @@ class _DeepSeek(Dialect):
 
     def _answer_parser(self, id_factory: Callable[[], str] | None) -> StreamParser:
         raise NotImplementedError
+
+    def for_reply_to(self, conversation: Conversation) -> _DeepSeek:
+        """After tool results R1 and V3.1 write no generation prompt, so no thought is open:
+        the reply to such a conversation is parsed from its start, not inside a thought."""
+        if not (self.thinking and self.prompt_opens_thought):
+            return self
+        self.validate(conversation)
+        blocks = self.render_blocks(conversation)
+        if blocks and blocks[-1].text.rstrip("\n").endswith(THINK):
+            return self
+        configured = copy.copy(self)
+        configured.prompt_opens_thought = False
+        return configured
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the reply starts inside it when the prompt opened it),

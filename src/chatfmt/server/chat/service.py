@@ -219,16 +219,20 @@ class ChatService:
         dialect = configure(self.dialect, enabled, effort, param="reasoning_effort")
         if tools:
             dialect = dialect.with_tools(tools)
-        grammar = self._constraint(req, tools, dialect)
-        # Without a grammar, a forced call is started in the prompt instead.
-        prefill = self._forced_call(req, tools, dialect) if grammar is None else ()
         try:
             conv = Conversation(messages=tuple(messages), tools=tuple(tools))
+            # How the reply starts (a thought open or not): the grammar and parser follow it.
+            dialect = dialect.for_reply_to(conv)
+            grammar = self._constraint(req, tools, dialect)
+            # Without a grammar, a forced call is started in the prompt instead.
+            prefill = self._forced_call(req, tools, dialect) if grammar is None else ()
             rendered, prefill_ids, spliced = self._render(
                 conv, prefill, _text_size(req), continuation, dialect
             )
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
+        except ApiError:
+            raise
         except (ChatFmtError, ValueError) as exc:
             raise ApiError(400, str(exc)) from None
         prompt = rendered.ids if spliced is None else spliced
