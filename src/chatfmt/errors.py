@@ -6,6 +6,7 @@ Every error says what is wrong and what to do about it. The tree::
     ├── ValidationError (ValueError)   a message, tool or conversation breaks a rule (index, rule)
     ├── UnknownDialectError (KeyError) no dialect has that name (the error lists the names)
     │   └── DialectPluginError         a dialect plugin failed to load, or takes a name in use
+    ├── ReasoningOptionError (ValueError)  thinking or an effort the family cannot do (``option``)
     ├── TokenizerError                 unknown tokenizer, unreadable file, missing control token
     ├── ContextOverflowError           the prompt does not fit the context window (the numbers)
     ├── ParseError                     model output is not what a strict reader expects
@@ -21,6 +22,9 @@ Every error says what is wrong and what to do about it. The tree::
         ├── StoreUnavailable           its file cannot be opened or migrated (``path``, ``reason``)
         ├── StoreFull                  past its size limit, and the writing key stores the most
         └── BrokenChain                an earlier response of the conversation is gone
+    (in ``chatfmt.training``: TrainingError, a conversation that cannot be rendered for
+    training as asked (``index``); RowError, a data-set row that cannot be read (``line``);
+    both ChatFmtError and ValueError)
     MissingDependencyError (ImportError)  an optional extra is not installed
 
 Lenient parsing of model output never raises: what does not parse is text, with a warning.
