@@ -15,7 +15,6 @@ template and where chatfmt differs from it.
 from __future__ import annotations
 
 import copy
-
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
