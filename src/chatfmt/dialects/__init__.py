@@ -122,6 +122,18 @@ def _gemma3() -> Dialect:
     return Gemma3()
 
 
+def _granite4() -> Dialect:
+    from .granite import Granite4
+
+    return Granite4()
+
+
+def _granite41() -> Dialect:
+    from .granite import Granite41
+
+    return Granite41()
+
+
 def _harmony() -> Dialect:
     from .harmony import Harmony
 
@@ -147,6 +159,8 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "gemma3": _gemma3,
     "glm4": _glm4,
     "harmony": _harmony,
+    "granite4": _granite4,
+    "granite4.1": _granite41,
 }
 
 

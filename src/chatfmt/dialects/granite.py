@@ -1,0 +1,222 @@
+"""IBM Granite 4.0 and 4.1: role tokens around each turn, Hermes-style JSON calls in tags.
+
+Each turn is ``<|start_of_role|>{role}<|end_of_role|>{content}<|end_of_text|>\\n``. Tools are
+described in the system turn as one JSON line per tool, after the system text; calls follow the
+assistant's text as ``<tool_call>\\n{"name": …, "arguments": …}\\n</tool_call>``; consecutive
+results share one ``user`` turn of ``<tool_response>`` blocks. The models do not reason: an
+assistant's reasoning is dropped, as the templates drop it.
+
+:class:`Granite4` reproduces the published Granite 4.0 chat template byte for byte (a default
+system prompt when the conversation has neither a system text nor tools); :class:`Granite41`
+the Granite 4.1 one, which writes no system turn then. No Granite vocabulary is available
+offline: the tags ``<tool_call>``, ``</tool_call>``, ``<tool_response>`` and
+``</tool_response>`` are optional controls (ids where a vocabulary has them, text otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from ..errors import ValidationError
+from ..grammar import WORDS, Grammar, ToolLike
+from ..messages import Conversation, Message
+from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..validation import check_common
+from .base import Dialect, StreamParser
+from .chatml import BAD_CALL_NAME, TOOL_CALL, TOOL_CALL_END, arguments_json, hermes_call_grammar
+from .parsers.hermes import HermesParser
+
+START_OF_ROLE = "<|start_of_role|>"
+END_OF_ROLE = "<|end_of_role|>"
+END_OF_TEXT = "<|end_of_text|>"
+TOOL_RESPONSE = "<tool_response>"
+TOOL_RESPONSE_END = "</tool_response>"
+_TAGS = (TOOL_CALL, TOOL_CALL_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
+
+GRANITE4_DEFAULT_SYSTEM = (
+    "You are a helpful assistant. Please ensure responses are professional, accurate, and safe."
+)
+_TOOLS_HEAD = (
+    "You are a helpful assistant with access to the following tools. You may call one or more "
+    "tools to assist with the user query.\n\nYou are provided with function signatures within "
+    "<tools></tools> XML tags:\n<tools>"
+)
+_TOOLS_TAIL = (
+    "\n</tools>\n\nFor each tool call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>. If a tool does '
+    "not exist in the provided list of tools, notify the user that you do not have the ability "
+    "to fulfill the request."
+)
+
+
+class Granite4(Dialect):
+    """Granite 4.0: byte-exact with its published chat template (text; no vocabulary offline)."""
+
+    name = "granite4"
+    controls = (START_OF_ROLE, END_OF_ROLE, END_OF_TEXT, *_TAGS)
+    stop_controls = (END_OF_TEXT,)
+    turns_render_independently = True
+    reasoning = "never"
+    #: The system text written when the conversation has neither a system text nor tools
+    #: (``None``: no system turn then).
+    default_system: str | None = GRANITE4_DEFAULT_SYSTEM
+
+    # ==== Validation ====
+
+    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
+        check_common(conversation, strict=strict)
+        if not strict:
+            return
+        for i, m in enumerate(conversation.messages):
+            if m.metadata:
+                raise ValidationError(
+                    f"the {self.name} template has no header metadata and would drop it; "
+                    "remove 'metadata'",
+                    index=i,
+                    rule="metadata",
+                )
+            for call in m.tool_calls or ():
+                # The template pastes the name between quotes: it must need no JSON escaping.
+                if not call.name or BAD_CALL_NAME.search(call.name):
+                    raise ValidationError(
+                        f"tool call name {call.name!r} is empty or holds quotes, backslashes or "
+                        "control characters, which break the call's JSON; use a plain "
+                        "identifier such as 'get_weather'",
+                        index=i,
+                        rule="tool-call-name",
+                    )
+
+    # ==== Rendering ====
+
+    def render_blocks(
+        self, conversation: Conversation, *, add_generation_prompt: bool = True
+    ) -> list[Block]:
+        msgs = conversation.messages
+        b = BlockBuilder(inline_controls=_TAGS)
+        blocks: list[Block] = []
+        i = self._render_system(b, conversation, blocks)
+        while i < len(msgs):
+            m = msgs[i]
+            if m.role in ("tool", "observation"):
+                i = self._render_results(b, msgs, i, blocks)
+                continue
+            self._head(b, m.role)
+            b.text(m.text)
+            if m.role == "assistant":
+                for k, call in enumerate(m.tool_calls or ()):
+                    b.text("\n" if k or m.text else "")
+                    self._render_call(b, call.name, call.arguments, call.raw)
+            self._end(b)
+            blocks.append(b.block((i,)))
+            i += 1
+        if add_generation_prompt:
+            self._head(b, "assistant")
+            blocks.append(b.block())
+        return blocks
+
+    def _head(self, b: BlockBuilder, role: str) -> None:
+        b.control(START_OF_ROLE)
+        b.text(role)
+        b.control(END_OF_ROLE)
+
+    def _end(self, b: BlockBuilder) -> None:
+        b.control(END_OF_TEXT)
+        b.text("\n")
+
+    def _render_system(
+        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
+    ) -> int:
+        """The system turn: the first message's text when it is a system message, then the
+        tools; returns the index of the first message left to render."""
+        msgs = conversation.messages
+        first_system = bool(msgs) and msgs[0].role == "system"
+        system = msgs[0].text if first_system else ""
+        tools = conversation.tools
+        if tools:
+            listing = "".join("\n" + json.dumps(t.definition, ensure_ascii=False) for t in tools)
+            head = system + "\n\n" if first_system else ""
+            parts: list[tuple[str, bool]] = [(head + _TOOLS_HEAD, False), (listing, False)]
+            parts.append((_TOOLS_TAIL, True))
+        elif system:
+            parts = [(system, False)]
+        elif self.default_system is not None:
+            parts = [(self.default_system, False)]
+        else:
+            return 1 if first_system else 0
+        self._head(b, "system")
+        for text, template in parts:
+            # Tool definitions and system text are caller text: only the template's own tags
+            # become controls.
+            if template:
+                b.tagged(text)
+            else:
+                b.text(text)
+        self._end(b)
+        blocks.append(b.block((0,) if first_system else ()))
+        return 1 if first_system else 0
+
+    def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
+        if raw is not None:
+            b.tagged(raw)  # history re-renders to the tokens the model produced
+            return
+        b.control(TOOL_CALL, required=False)
+        b.text(f'\n{{"name": "{name}", "arguments": {arguments_json(arguments)}}}\n')
+        b.control(TOOL_CALL_END, required=False)
+
+    def _render_results(
+        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
+    ) -> int:
+        # Consecutive results share one user turn, one <tool_response> block each.
+        j = i
+        self._head(b, "user")
+        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
+            b.text("\n")
+            b.control(TOOL_RESPONSE, required=False)
+            b.text("\n" + msgs[j].text + "\n")
+            b.control(TOOL_RESPONSE_END, required=False)
+            j += 1
+        self._end(b)
+        blocks.append(b.block(range(i, j)))
+        return j
+
+    # ==== Parsing and grammars ====
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
+        """Text and Hermes JSON calls (tagged, bare or fenced, as ChatML's parser reads them)."""
+        return HermesParser(
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            open_tag=TOOL_CALL,
+            close_tag=TOOL_CALL_END,
+        )
+
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """The opening of a tagged call, up to the arguments when the tool is named."""
+        if name is None:
+            return (Control(TOOL_CALL, False), Text("\n"))
+        opening = '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
+        return (Control(TOOL_CALL, False), Text(opening))
+
+    def call_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """Tagged JSON calls (lazy: from ``<tool_call>``, or a bare or fenced call object)."""
+        return hermes_call_grammar(
+            tools, TOOL_CALL, TOOL_CALL_END, required=required, single=single
+        )
+
+    def answer_grammar(self) -> Grammar:
+        """A reply that opens with a word: plain text is all this format's reply is."""
+        return WORDS
+
+
+class Granite41(Granite4):
+    """Granite 4.1: as 4.0, without the default system prompt (byte-exact with its template)."""
+
+    name = "granite4.1"
+    default_system = None
+
+
+__all__ = ["GRANITE4_DEFAULT_SYSTEM", "Granite4", "Granite41"]
