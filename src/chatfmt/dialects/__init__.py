@@ -134,6 +134,12 @@ def _granite41() -> Dialect:
     return Granite41()
 
 
+def _magistral() -> Dialect:
+    from .magistral import Magistral
+
+    return Magistral()
+
+
 def _harmony() -> Dialect:
     from .harmony import Harmony
 
@@ -155,6 +161,7 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "mistral-v3": _mistral_v3,
     "mistral-v7": _mistral_v7,
     "mistral-v11": _mistral_v11,
+    "magistral": _magistral,
     "llama3": _llama3,
     "gemma3": _gemma3,
     "glm4": _glm4,

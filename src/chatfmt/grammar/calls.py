@@ -183,8 +183,8 @@ def thought_first(
     starts inside it and must close it. A lazy grammar is returned as it is: it only starts
     at its trigger, whatever came before.
 
-    The thought may hold any text except ``<`` followed by ``/`` and the close tag's next
-    character (the grammar cannot say "anything but the close tag" in one rule); the close
+    The thought may hold any text except the close tag's first three characters (``</t``,
+    ``[/T``: the grammar cannot say "anything but the close tag" in one rule); the close
     tag matches by text, so it is ``preserved`` for engines that see it as one token.
     """
     if grammar.lazy:
@@ -192,10 +192,13 @@ def thought_first(
     lines = grammar.gbnf.splitlines()
     if not lines or not lines[0].startswith("root ::= "):
         raise ValueError("thought_first needs a grammar whose first rule is root")
-    if len(close_tag) < 3 or not close_tag.startswith("</"):
-        raise ValueError(f"thought_first needs an XML-like close tag, got {close_tag!r}")
-    third = close_tag[2]
-    body = f'( [^<] | "<" [^/] | "</" [^{third}] )*'
+    if len(close_tag) < 3 or len(set(close_tag[:3])) < 3:
+        # A repeated character among the three would make the exclusion below unsound.
+        raise ValueError(f"thought_first needs a close tag like '</think>', got {close_tag!r}")
+    c0, c1, c2 = (_class_char(c) for c in close_tag[:3])
+    body = (
+        f"( [^{c0}] | {literal(close_tag[0])} [^{c1}] | {literal(close_tag[:2])} [^{c2}] )*"
+    )
     thought = f"{body} {literal(close_tag)} [\\n]*"
     head = thought if opened else f"( {literal(open_tag)} {thought} )?"
     rules = [
