@@ -325,3 +325,23 @@ def raw_llama_server(llama_server_binary: Path) -> Callable[..., AbstractContext
             proc.wait(30)
 
     return start
+
+
+# ==== PostgreSQL for the store tests (one fixture block; the server: tests/store/pg_server.py) ====
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[object]:
+    """A real PostgreSQL server for the session (``.database()``: a new database's URL),
+    started in a temporary directory and stopped at the end; skips where PostgreSQL or the
+    postgres extra is not installed."""
+    pytest.importorskip("psycopg", reason="the postgres extra (chatfmt[postgres]) is not installed")
+    path = ROOT / "tests/store/pg_server.py"
+    spec = importlib.util.spec_from_file_location("chatfmt_pg_server", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with module.running_server() as server:
+        if isinstance(server, str):
+            pytest.skip(server)
+        yield server

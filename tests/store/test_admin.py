@@ -12,7 +12,21 @@ import pytest
 from chatfmt.errors import StoreError
 from chatfmt.store import ResponseStore, owner_of, read_info, store_version
 
-from .helpers import response
+from .helpers import MakeStore, response, rows
+
+
+def test_a_keys_data_deleted_leaves_the_others(make_store: MakeStore) -> None:
+    store = make_store()
+    alice, bob = owner_of("key-a"), owner_of("key-b")
+    for i in range(3):
+        store.put(alice, response(f"ra{i}", f"ra{i - 1}" if i else None), [], [])
+    store.save_conversation(alice, "c1", "t", {})
+    store.save_conversation(bob, "c1", "t", {})
+    store.put(bob, response("rb"), [], [])
+    assert store.delete_owner(alice) == (3, 1) and store.delete_owner(alice) == (0, 0)
+    assert store.get(bob, "rb") is not None and store.load_conversation(bob, "c1") == {}
+    assert store.info()["owners_with_responses"] == 1
+    assert rows(store, "SELECT owner FROM usage") == [(bob,)]
 
 
 def test_a_keys_data_deleted_leaves_no_copy_on_disk(tmp_path: Path) -> None:
@@ -31,8 +45,10 @@ def test_a_keys_data_deleted_leaves_no_copy_on_disk(tmp_path: Path) -> None:
     assert store._database.db.execute("PRAGMA secure_delete").fetchone()[0] == 1
 
 
-def test_prune_applies_the_age_limit_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_age_days=1)
+def test_prune_applies_the_age_limit_now(
+    make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store(max_age_days=1)
     now = time.time()
     monkeypatch.setattr(time, "time", lambda: now - 2 * 86400)
     store.put("o", response("r_old"), [], [])

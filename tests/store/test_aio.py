@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 
 import pytest
 
 from chatfmt.errors import StoreFull
-from chatfmt.store import AsyncStore, ResponseStore, StoredResponse
+from chatfmt.store import AsyncStore, StoredResponse
 
-from .helpers import response
+from .helpers import MakeStore, response
 
 pytestmark = pytest.mark.anyio
 
@@ -22,8 +21,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def test_calls_run_on_the_stores_own_threads(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3")
+async def test_calls_run_on_the_stores_own_threads(make_store: MakeStore) -> None:
+    store = make_store()
     facade = AsyncStore(store)
     await facade.put("o", response("r1"), [], [{"role": "user", "content": "hi"}])
     await facade.save_conversation("o", "c1", "t", {"messages": []})
@@ -48,8 +47,8 @@ async def test_calls_run_on_the_stores_own_threads(tmp_path: Path) -> None:
     store.close()
 
 
-async def test_the_stores_errors_come_through(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.25)
+async def test_the_stores_errors_come_through(make_store: MakeStore) -> None:
+    store = make_store(max_mb=0.25)
     facade = AsyncStore(store)
     previous = None
     with pytest.raises(StoreFull):
@@ -60,10 +59,10 @@ async def test_the_stores_errors_come_through(tmp_path: Path) -> None:
     facade.close()
 
 
-async def test_reads_never_queue_behind_writes(tmp_path: Path) -> None:
+async def test_reads_never_queue_behind_writes(make_store: MakeStore) -> None:
     """Writes wait for the backend's write lock on a pool of their own: however many wait,
-    a read gets a thread (and the SQLite backend reads on a connection of its own)."""
-    store = ResponseStore(tmp_path / "r.sqlite3")
+    a read gets a thread (and either backend reads on a connection of its own)."""
+    store = make_store()
     await AsyncStore(store).put("o", response("r1"), [], [])
     released = threading.Event()
     save = store.save_conversation

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
-from chatfmt.store import ResponseStore
-
-from .helpers import rows
+from .helpers import MakeStore, rows
 
 
-def test_save_replace_list_load_delete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3")
+def test_save_replace_list_load_delete(
+    make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
     now = time.time()
     for i, cid in enumerate(("c1", "c2", "c3")):
         monkeypatch.setattr(time, "time", lambda i=i: now + i)
@@ -23,7 +22,9 @@ def test_save_replace_list_load_delete(tmp_path: Path, monkeypatch: pytest.Monke
     store.save_conversation("bob", "c1", "Bob's", {"messages": ["bob"]})
     listed = store.conversations("alice")
     assert [(c["id"], c["title"]) for c in listed] == [
-        ("c1", "renamed"), ("c3", "title c3"), ("c2", "title c2")
+        ("c1", "renamed"),
+        ("c3", "title c3"),
+        ("c2", "title c2"),
     ]
     assert [c["id"] for c in store.conversations("alice", limit=1)] == ["c1"]
     assert store.load_conversation("alice", "c1") == {"messages": []}
@@ -32,5 +33,7 @@ def test_save_replace_list_load_delete(tmp_path: Path, monkeypatch: pytest.Monke
     assert not store.delete_conversation("carol", "c1")
     assert store.delete_conversation("alice", "c1") and not store.delete_conversation("alice", "c1")
     assert rows(store, "SELECT owner, id FROM conversations ORDER BY owner, id") == [
-        ("alice", "c2"), ("alice", "c3"), ("bob", "c1")
+        ("alice", "c2"),
+        ("alice", "c3"),
+        ("bob", "c1"),
     ]

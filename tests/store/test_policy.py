@@ -16,13 +16,15 @@ from chatfmt.errors import StoreFull
 from chatfmt.store import ResponseStore, owner_of
 from chatfmt.store.policy import _level
 
-from .helpers import on_disk, response, rows
+from .helpers import MakeStore, on_disk, response, rows
 
 MB = 1024 * 1024
 
 
-def test_old_rows_go_when_new_ones_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_age_days=1)
+def test_old_rows_go_when_new_ones_come(
+    make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store(max_age_days=1)
     now = time.time()
     monkeypatch.setattr(time, "time", lambda: now - 2 * 86400)
     store.put("o", response("resp_old"), [], [])
@@ -33,8 +35,8 @@ def test_old_rows_go_when_new_ones_come(tmp_path: Path, monkeypatch: pytest.Monk
     assert store.load_conversation("o", "c_old") is None
 
 
-def test_the_size_limit_deletes_the_oldest_first(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.25)
+def test_the_size_limit_deletes_the_oldest_first(make_store: MakeStore) -> None:
+    store = make_store(max_mb=0.25)
     text = "y" * 20_000
     for i in range(40):
         store.put("o", response(f"r{i}"), [], [{"role": "user", "content": text}])
@@ -44,8 +46,8 @@ def test_the_size_limit_deletes_the_oldest_first(tmp_path: Path) -> None:
     assert store.get("o", "r39") is not None and store.get("o", "r0") is None
 
 
-def test_the_size_limit_takes_from_the_key_that_stores_the_most(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.5)
+def test_the_size_limit_takes_from_the_key_that_stores_the_most(make_store: MakeStore) -> None:
+    store = make_store(max_mb=0.5)
     alice, bob = owner_of("a"), owner_of("b")
     say = [{"role": "user", "content": "y" * 10_000}]
     for i in range(20):
@@ -63,8 +65,8 @@ def test_the_size_limit_takes_from_the_key_that_stores_the_most(tmp_path: Path) 
     assert store.info()["bytes_used"] <= 0.5 * MB
 
 
-def test_web_conversations_and_responses_go_oldest_first_together(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.5)
+def test_web_conversations_and_responses_go_oldest_first_together(make_store: MakeStore) -> None:
+    store = make_store(max_mb=0.5)
     state = {"messages": [{"content": "z" * 10_000}]}
     say = [{"role": "user", "content": "z" * 10_000}]
     for i in range(30):
@@ -79,8 +81,10 @@ def test_web_conversations_and_responses_go_oldest_first_together(tmp_path: Path
     assert abs(first_web - first_response) <= 1
 
 
-def test_a_key_whose_one_conversation_outgrows_the_store_evicts_no_one(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.5)
+def test_a_key_whose_one_conversation_outgrows_the_store_evicts_no_one(
+    make_store: MakeStore,
+) -> None:
+    store = make_store(max_mb=0.5)
     alice, bob = owner_of("a"), owner_of("b")
     say = [{"role": "user", "content": "y" * 10_000}]
     for i in range(10):
@@ -168,9 +172,9 @@ def test_the_files_on_disk_stay_within_the_limit(tmp_path: Path) -> None:
     assert store.info()["responses"] > 100  # and most of the limit is still used
 
 
-def test_what_each_key_stores_is_kept_as_rows_come_and_go(tmp_path: Path) -> None:
+def test_what_each_key_stores_is_kept_as_rows_come_and_go(make_store: MakeStore) -> None:
     """The triggers' totals (what eviction reads instead of summing every row) are the sums."""
-    store = ResponseStore(tmp_path / "r.sqlite3", max_mb=0.5)
+    store = make_store(max_mb=0.5)
     say = [{"role": "user", "content": "y" * 7_000}]
     for i in range(60):
         owner = ("a", "b", "c")[i % 3]
@@ -180,15 +184,21 @@ def test_what_each_key_stores_is_kept_as_rows_come_and_go(tmp_path: Path) -> Non
             store.delete(owner, f"r{i}")
             store.delete_conversation(owner, f"c{(i + 3) % 7}")
     store.delete_owner("c")
-    with sqlite3.connect(store.path) as db:  # a row changed in place
-        db.execute("UPDATE responses SET input_items = '[]' WHERE id = 'r1'")
+    rows(store, "UPDATE responses SET input_items = '[]' WHERE id = 'r1'")  # changed in place
+    if isinstance(store, ResponseStore):
+        size = (
+            "length(CAST(response AS BLOB)) + length(CAST(input_items AS BLOB)) + "
+            "length(CAST(messages AS BLOB)) + length(CAST(conversation AS BLOB))"
+        )
+        web = "length(CAST(state AS BLOB))"
+    else:  # PostgreSQL has no whole-conversation column (no version-1 rows to read)
+        size = "octet_length(response) + octet_length(input_items) + octet_length(messages)"
+        web = "octet_length(state)"
     sums = dict(
         rows(
             store,
-            "SELECT owner, SUM(n) FROM (SELECT owner, length(CAST(response AS BLOB)) + "
-            "length(CAST(input_items AS BLOB)) + length(CAST(messages AS BLOB)) + "
-            "length(CAST(conversation AS BLOB)) AS n FROM responses UNION ALL "
-            "SELECT owner, length(CAST(state AS BLOB)) FROM conversations) GROUP BY owner",
+            f"SELECT owner, SUM(n) FROM (SELECT owner, {size} AS n FROM responses UNION ALL "
+            f"SELECT owner, {web} FROM conversations) AS t GROUP BY owner",
         )
     )
     assert dict(rows(store, "SELECT owner, bytes FROM usage")) == sums

@@ -3,18 +3,16 @@ and a response whose conversation lost a link while it was generated is not kept
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from chatfmt.errors import BrokenChain
-from chatfmt.store import ExactIds, ResponseStore, owner_of
+from chatfmt.store import ExactIds, owner_of
 
-from .helpers import response
+from .helpers import MakeStore, response
 
 
-def test_owners_never_see_each_other(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3")
+def test_owners_never_see_each_other(make_store: MakeStore) -> None:
+    store = make_store()
     alice, bob = owner_of("key-a"), owner_of("key-b")
     assert alice != bob and "key-a" not in alice and owner_of(None) == ""
     store.put(alice, response("resp_a"), [], [])
@@ -28,8 +26,8 @@ def test_owners_never_see_each_other(tmp_path: Path) -> None:
     assert store.delete(alice, "resp_a") and store.count() == 0
 
 
-def test_a_chain_with_a_deleted_link_says_so(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3")
+def test_a_chain_with_a_deleted_link_says_so(make_store: MakeStore) -> None:
+    store = make_store()
     store.put("o", response("resp_1"), [], [{"role": "user", "content": "a"}])
     store.put("o", response("resp_2", "resp_1"), [], [{"role": "user", "content": "b"}])
     assert [m["content"] for m in store.conversation("o", "resp_2") or ()] == ["a", "b"]
@@ -38,10 +36,10 @@ def test_a_chain_with_a_deleted_link_says_so(tmp_path: Path) -> None:
         store.conversation("o", "resp_2")
 
 
-def test_a_response_whose_conversation_lost_a_link_is_not_kept(tmp_path: Path) -> None:
+def test_a_response_whose_conversation_lost_a_link_is_not_kept(make_store: MakeStore) -> None:
     """The parent (or one before it) went while the response was generated: keeping it would
     give a response that answers store: true and cannot be continued."""
-    store = ResponseStore(tmp_path / "r.sqlite3")
+    store = make_store()
     say = [{"role": "user", "content": "x"}]
     for rid, previous in (("r1", None), ("r2", "r1"), ("r3", "r2")):
         store.put("o", response(rid, previous), [], say)
@@ -58,8 +56,8 @@ def test_a_response_whose_conversation_lost_a_link_is_not_kept(tmp_path: Path) -
     assert len(store.conversation("o", "s2") or ()) == 2
 
 
-def test_exact_ids_are_kept_as_each_rows_addition(tmp_path: Path) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3")
+def test_exact_ids_are_kept_as_each_rows_addition(make_store: MakeStore) -> None:
+    store = make_store()
     say = [{"role": "user", "content": "x"}]
     store.put("o", response("r1"), [], say, ExactIds("v1", 0, [1, 2, 3, 70000], 2))
     store.put("o", response("r2", "r1"), [], say, ExactIds("v2", 4, [5, 6], 1))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing
 
 from ..errors import StoreFull
@@ -93,26 +93,46 @@ class Limits:
             db.execute("SELECT owner, bytes FROM usage WHERE bytes > 0").fetchall()
         )
         protected = set(responses.ancestry(db, keep)) if keep is not None else set()
-        while remaining > 0 and active:
-            level = _level(list(active.values()), remaining)
-            for owner in sorted(active, key=active.__getitem__, reverse=True):
-                budget = active[owner] - level
-                if budget <= 0:
-                    break
-                web = keep_conversation
-                kept_web = web[1] if web is not None and web[0] == owner else None
-                freed = _evict(db, owner, budget, protected, kept_web)
-                remaining -= freed
-                if freed >= budget:
-                    active[owner] -= freed
-                elif owner == writer:
-                    raise StoreFull(
-                        f"the response store is at its size limit ({self.max_mb:g} MB) and "
-                        "this key stores the most, all of it the conversation being written; "
-                        "it was not kept. Start a new conversation, or raise --store-max-mb"
-                    )
-                else:
-                    del active[owner]  # nothing more of it may go
+
+        def evict(owner: str, budget: int) -> int:
+            web = keep_conversation
+            kept_web = web[1] if web is not None and web[0] == owner else None
+            return _evict(db, owner, budget, protected, kept_web)
+
+        shed(active, remaining, evict, writer=writer, max_mb=self.max_mb)
+
+
+def shed(
+    active: dict[str, int],
+    remaining: int,
+    evict: Callable[[str, int], int],
+    *,
+    writer: str | None,
+    max_mb: float | None,
+) -> None:
+    """Free ``remaining`` bytes fairly, whatever the backend: ``active`` is what each key
+    stores, ``evict(owner, budget)`` deletes that key's oldest rows until ``budget`` bytes went
+    (or none may go) and says how many did. The keys that store the most are brought down to
+    one common level (:func:`_level`); :class:`~chatfmt.errors.StoreFull` when the ``writer``
+    is one of them and has nothing left to give."""
+    while remaining > 0 and active:
+        level = _level(list(active.values()), remaining)
+        for owner in sorted(active, key=active.__getitem__, reverse=True):
+            budget = active[owner] - level
+            if budget <= 0:
+                break
+            freed = evict(owner, budget)
+            remaining -= freed
+            if freed >= budget:
+                active[owner] -= freed
+            elif owner == writer:
+                raise StoreFull(
+                    f"the response store is at its size limit ({max_mb:g} MB) and "
+                    "this key stores the most, all of it the conversation being written; "
+                    "it was not kept. Start a new conversation, or raise --store-max-mb"
+                )
+            else:
+                del active[owner]  # nothing more of it may go
 
 
 def _level(usage: Sequence[int], amount: int) -> int:

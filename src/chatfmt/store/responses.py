@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import BrokenChain
 from .connection import RESPONSE_BYTES
-from .types import MAX_CHAIN, Chain, ExactIds, StoredResponse, pack_ids, unpack_ids
+from .types import MAX_CHAIN, Chain, ExactIds, StoredResponse, join_ids, pack_ids
 
 #: What a response row holds, in bytes (SQL over the row's columns).
 ROW_BYTES = RESPONSE_BYTES.format(row="")
@@ -163,19 +163,8 @@ def chain(db: sqlite3.Connection, owner: str, response_id: str) -> Chain | None:
         parts.append(json.loads(added))
         current = previous
     messages = [m for part in reversed(parts) for m in part]
-    ids = _exact_ids(pieces)
+    ids = join_ids(pieces)
     if ids is None or view is None or not 0 <= reply <= len(ids):
         return Chain(messages)
     return Chain(messages, ids, view, reply)
 
-
-def _exact_ids(pieces: list[tuple[int, bytes]]) -> list[int] | None:
-    """A chain's exact ids from its rows' pieces (newest first, ending at an anchor)."""
-    if not pieces or pieces[-1][0] != 0:
-        return None
-    ids: list[int] = []
-    for base, tail in reversed(pieces):
-        if base != len(ids):
-            return None  # each row continues its predecessor's whole exchange
-        ids += unpack_ids(tail)
-    return ids
