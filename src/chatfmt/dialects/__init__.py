@@ -140,6 +140,12 @@ def _magistral() -> Dialect:
     return Magistral()
 
 
+def _minimax_m2() -> Dialect:
+    from .minimax import MiniMaxM2
+
+    return MiniMaxM2()
+
+
 def _harmony() -> Dialect:
     from .harmony import Harmony
 
@@ -168,6 +174,7 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "harmony": _harmony,
     "granite4": _granite4,
     "granite4.1": _granite41,
+    "minimax-m2": _minimax_m2,
 }
 
 
