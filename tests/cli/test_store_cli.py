@@ -1,5 +1,6 @@
-"""``chatfmt store`` on a real store file, as an operator runs it: what it holds, one key's
-data deleted (the other key's kept), pruning, and the errors that name the fix."""
+"""``chatfmt store`` on a real store file and on a PostgreSQL database, as an operator runs
+it: what it holds, one key's data deleted (the other key's kept), pruning, and the errors that
+name the fix (``--store`` of a scheme no backend serves among them)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from chatfmt.store import ResponseStore, owner_of
+from chatfmt.store import ResponseStore, open_store, owner_of
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "chatfmt.cli", "store", *args],
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=cwd,
     )
 
 
-def fill(path: Path) -> None:
-    store = ResponseStore(path)
+def fill(location: Path | str) -> None:
+    store = open_store(location)
     for key, n in (("alice-key", 3), ("bob-key", 2), (None, 1)):
         for i in range(n):
             rid = f"resp_{key}_{i}"
@@ -110,3 +113,50 @@ def test_info_leaves_a_live_store_as_it_is(tmp_path: Path) -> None:
     assert json.loads(shown.stdout)["responses"] == 1
     assert path.read_bytes() == before and path.stat().st_mode & 0o777 == 0o640
     live.close()
+
+
+# ==== On a PostgreSQL store (a URL), and --store's forms ====
+
+
+def test_info_delete_and_prune_on_postgresql(postgres_server: Any, tmp_path: Path) -> None:
+    """The same commands on a URL; its password is never printed."""
+    url = postgres_server.database(password="hunter2-secret")
+    fill(url)
+    info = run("info", "--store", url)
+    assert info.returncode == 0, info.stderr
+    shown = json.loads(info.stdout)
+    assert shown["responses"] == 6 and shown["conversations"] == 1
+    assert shown["owners_with_responses"] == 3 and shown["url"].count("***") == 1
+    keys = tmp_path / "keys.txt"
+    keys.write_text("alice-key\n")
+    gone = run("delete", "--store", url, "--api-key-file", str(keys))
+    assert gone.returncode == 0, gone.stderr
+    assert "deleted 3 response(s) and 1 web chat conversation(s)" in gone.stdout
+    kept = run("prune", "--store", url, "--max-age-days", "30")
+    assert kept.stdout.strip() == "deleted 0 row(s) past the limits", kept.stderr
+    store = open_store(url)
+    assert store.get(owner_of("bob-key"), "resp_bob-key_0") is not None
+    assert store.get(owner_of("alice-key"), "resp_alice-key_0") is None
+    store.close()
+    empty = postgres_server.database(password="hunter2-secret")
+    nothing = run("info", "--store", empty)
+    assert nothing.returncode == 2 and "no response store in" in nothing.stderr
+    for done in (info, gone, kept, nothing):
+        assert "hunter2" not in done.stdout + done.stderr
+
+
+def test_a_url_of_another_scheme_is_an_error_not_a_folder(tmp_path: Path) -> None:
+    """``--store mysql://…`` used to create a folder named ``mysql:`` with a SQLite file in
+    it; now serve and store both refuse it, naming the forms, and create nothing."""
+    url = "mysql://app:hunter2@db.example/chat"
+    shown = run("info", "--store", url, cwd=tmp_path)
+    serve = subprocess.run(
+        [sys.executable, "-m", "chatfmt.cli", "serve", "--store", url, "--no-web"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    for done in (shown, serve):
+        assert done.returncode == 2, done.stderr
+        assert "no store backend for mysql:// URLs" in done.stderr
+        assert "postgresql://" in done.stderr and "hunter2" not in done.stderr
+        assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -238,8 +238,9 @@ def run_server(
     ``drain_timeout`` seconds, then cancels what is left and stops the engine. ``limits`` bound
     what one request or client may take (body size, messages, tools, header time, connections).
     ``call_grammar=False`` leaves calls the model may choose to make unconstrained.
-    ``store`` is the SQLite file that keeps Responses API responses (``None``: none are kept);
-    rows older than ``store_max_age_days`` are deleted, and the oldest past ``store_max_mb``.
+    ``store`` keeps Responses API responses and web chat conversations: a SQLite file's path,
+    or a ``postgresql://`` URL that replicas share (``None``: none are kept); rows older than
+    ``store_max_age_days`` are deleted, and the oldest past ``store_max_mb``.
 
     Raises :class:`~chatfmt.errors.ChatFmtError` (or ``MissingDependencyError``) with a
     message naming the fix when the model, engine or extras are missing.
@@ -248,7 +249,7 @@ def run_server(
     require("fastapi", extra="server")
     from ..server import create_app
     from ..server.http.limits import DEFAULT_LIMITS, uvicorn_options
-    from ..store import ResponseStore
+    from ..store import open_store
 
     limits = limits or DEFAULT_LIMITS
     # A named dialect is checked before anything starts, and so is a GGUF file's own (from its
@@ -257,7 +258,7 @@ def run_server(
     if named is None and model != "default" and Path(model).expanduser().is_file():
         named = default_dialect(model, log=sys.stderr)
     kept = (
-        ResponseStore(store, max_age_days=store_max_age_days, max_mb=store_max_mb)
+        open_store(store, max_age_days=store_max_age_days, max_mb=store_max_mb)
         if store is not None
         else None
     )
@@ -347,9 +348,10 @@ def add_serve_parser(sub: Any) -> None:
                    help="require this bearer token (repeat for several keys; stored responses "
                    "belong to the key that made them)")  # fmt: skip
     p.add_argument("--api-key-file", metavar="FILE", help="API keys, one per line")
-    p.add_argument("--store", metavar="PATH",
-                   help="SQLite file keeping Responses API responses (default: in the user's "
-                   "data directory)")  # fmt: skip
+    p.add_argument("--store", metavar="PATH|URL",
+                   help="where Responses API responses and web chat conversations are kept: a "
+                   "SQLite file, or a postgresql://user@host/db URL that replicas share (the "
+                   "postgres extra) (default: a file in the user's data directory)")  # fmt: skip
     p.add_argument("--no-store", action="store_true", help="keep no responses")
     p.add_argument("--store-max-age-days", type=float, default=30.0, metavar="DAYS",
                    help="delete stored responses older than this (default: 30)")  # fmt: skip
@@ -439,6 +441,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tools = load_tools_file(args.tools) if args.tools else None
     if args.store_max_age_days <= 0 or args.store_max_mb < 0:
         fail("--store-max-age-days must be positive, and --store-max-mb 0 (no limit) or more")
+    if args.store is not None and not args.no_store:
+        from ..store import is_postgres
+
+        # Before the model loads: a URL of a scheme no backend serves is an error (it used to
+        # become a folder named after the scheme), and a PostgreSQL one needs its extra.
+        if is_postgres(args.store):
+            require("psycopg", extra="postgres")
     if not 0 < args.max_upload_mb <= args.max_body_mb:
         fail(f"--max-upload-mb must be positive and at most --max-body-mb ({args.max_body_mb:g})")
 

@@ -5,8 +5,10 @@
   no copy left on disk, for a user who asks for their data to go;
 - ``prune``: apply the age and size limits now (the server applies them as it writes).
 
-The store is only opened, never created: a path without one, or a file that is not one, is
-an error that says so; ``info`` does not change the file (an older schema is not upgraded).
+``--store`` is the SQLite file or the ``postgresql://`` URL ``chatfmt serve`` was given. The
+store is only opened, never created: a path without one, a file that is not one, or a database
+holding none, is an error that says so; ``info`` changes nothing (an older schema is not
+upgraded). A URL's password is never printed.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ def add_store_parser(sub: Any) -> None:
 
     def action(name: str, help: str) -> argparse.ArgumentParser:
         a: argparse.ArgumentParser = actions.add_parser(name, help=help)
-        a.add_argument("--store", metavar="PATH",
-                       help="the store's SQLite file (default: the one chatfmt serve keeps in "
-                       "the user's data directory)")  # fmt: skip
+        a.add_argument("--store", metavar="PATH|URL",
+                       help="the store's SQLite file or postgresql:// URL (default: the file "
+                       "chatfmt serve keeps in the user's data directory)")  # fmt: skip
         a.set_defaults(func=cmd_store)
         return a
 
@@ -54,19 +56,31 @@ def add_store_parser(sub: Any) -> None:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from ..store import SCHEMA_VERSION, StoreUnavailable, open_store, read_info, store_version
+    from ..store import (
+        PG_SCHEMA_VERSION,
+        SCHEMA_VERSION,
+        StoreUnavailable,
+        is_postgres,
+        open_store,
+        read_info,
+        redact,
+        store_version,
+    )
     from .options import default_store_path
 
-    path = Path(args.store or default_store_path())
-    if not path.is_file():
+    location = args.store or default_store_path()
+    postgres = is_postgres(location)  # another scheme: an error naming the forms
+    path = redact(location)  # what is shown: a URL without its password
+    if not postgres and not Path(location).is_file():
         raise ChatFmtError(
             f"no response store at {path}; give the file chatfmt serve keeps with --store PATH"
         )
-    version = store_version(path)
-    if version > SCHEMA_VERSION:
+    version = store_version(location)
+    known = PG_SCHEMA_VERSION if postgres else SCHEMA_VERSION
+    if version > known:
         raise ChatFmtError(
             f"{path} has schema version {version}, newer than this chatfmt knows "
-            f"({SCHEMA_VERSION}); use the chatfmt that wrote it"
+            f"({known}); use the chatfmt that wrote it"
         )
     if args.action == "info":
         _print_info(read_info(path))
@@ -80,7 +94,7 @@ def cmd_store(args: argparse.Namespace) -> int:
             raise ChatFmtError("give --max-age-days or --max-mb: what to prune")
         limits = {"max_age_days": args.max_age_days, "max_mb": args.max_mb}
     try:
-        store = open_store(path, **limits)
+        store = open_store(location, **limits)
     except StoreUnavailable as exc:
         raise ChatFmtError(f"cannot open the response store {path} ({exc.reason})") from None
     try:
