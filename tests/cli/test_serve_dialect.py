@@ -193,7 +193,10 @@ def test_chat_detects_the_dialect_too(
     from chatfmt.engines.fake import FakeEngine
     from chatfmt.tokenizers import load_tokenizer
 
-    def build_engine(model: str = "default", **_: Any) -> FakeEngine:
+    built: list[dict[str, Any]] = []
+
+    def build_engine(model: str = "default", **options: Any) -> FakeEngine:
+        built.append(options)
         return FakeEngine(load_tokenizer("qwen2.5"), ["Hello!<|im_end|>"])
 
     monkeypatch.setattr(serve, "build_engine", build_engine)
@@ -201,3 +204,9 @@ def test_chat_detects_the_dialect_too(
     assert main(["chat", "--model", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("chatfmt: error: cannot tell the chat format of")
+    assert built == []  # told from the file's header, before any model loads
+    # chat's engine is serve's by default (the managed llama-server), local on request.
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(""))
+    assert main(["chat", "--dialect", "qwen2.5"]) == 0
+    assert main(["chat", "--dialect", "qwen2.5", "--engine", "local"]) == 0
+    assert [b["engine"] for b in built] == ["llama-server", "local"]

@@ -178,9 +178,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     tools = load_tools_file(args.tools) if args.tools else None
     named = get_dialect(args.dialect) if args.dialect else None
+    if named is None and Path(args.model).expanduser().is_file():
+        # Told from the file's header before the model loads: a wrong file fails at once.
+        named = default_dialect(args.model, log=sys.stderr)
     controls = named.text_controls if named else None
     options = engine_options(args)
-    options["engine"] = options["engine"] or "local"
+    # The same engine as serve's by default (constrained calls, prompt cache, batching).
+    options["engine"] = options["engine"] or "llama-server"
     engine = build_engine(args.model, **options, text_controls=controls)
     dialect = named or default_dialect(args.model, engine.tokenizer)
     if args.file and not args.interpreter:

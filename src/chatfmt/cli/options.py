@@ -63,8 +63,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
         choices=["llama-server", "local", "remote"],
-        help="llama-server: llama.cpp's server as a managed child, many users at once (serve's "
-        "default); local: the model in this process, one sequence at a time (chat's default); "
+        help="llama-server: llama.cpp's server as a managed child, many users at once (the "
+        "default); local: the model in this process, one sequence at a time; "
         "remote: a server at --engine-url",
     )
     p.add_argument("--engine-url", help="base URL of a remote /v1/completions server")
