@@ -1,7 +1,8 @@
 """The store as the server uses it, through the HTTP app with two keys: a store busy evicting
 (or just slow) never holds up requests that do not use it; a continuation whose conversation
 lost a response while it was generated says it was not stored; the web chat's conversation
-routes answer 400 for what cannot be stored. (The store's own tests are in tests/store/.)"""
+routes answer 400 for what cannot be stored. Each runs on both backends, SQLite and
+PostgreSQL. (The store's own tests are in tests/store/.)"""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from chatfmt.dialects import get_dialect
 from chatfmt.engines.fake import FakeEngine
 from chatfmt.server import create_app
 from chatfmt.server.http.bodies import require_bearer
-from chatfmt.store import ResponseStore, StoredResponse, owner_of
+from chatfmt.store import ResponseStore, StoredResponse, open_store, owner_of
 from chatfmt.tokenizers.base import Tokenizer
 from chatfmt.web.conversation_routes import mount_conversations
 
@@ -46,7 +48,46 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def make_app(tok: Tokenizer, store: ResponseStore, script: Any = None) -> Any:
+#: ``make_store(**limits)``: the test's store (the same one each call), and ``fill(owner, n)``
+#: with ``n`` web conversations of ~1 KB written straight into its tables (fast).
+MakeStore = Callable[..., Any]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[MakeStore, Callable[[str, int], None]]]:
+    location = str(tmp_path / "r.sqlite3")
+    if request.param == "postgresql":
+        location = request.getfixturevalue("postgres_server").database()
+    opened: list[Any] = []
+
+    def make(**limits: Any) -> Any:
+        opened.append(open_store(location, **limits))
+        return opened[-1]
+
+    def fill(owner: str, n: int) -> None:
+        if request.param == "sqlite":
+            fill_conversations(Path(location), owner, n)
+            return
+        import psycopg
+
+        open_store(location).close()
+        state = json.dumps({"messages": [{"role": "user", "content": "x" * 900}]})
+        start = time.time() - 3600
+        with psycopg.connect(location) as conn:  # one statement: its triggers run once
+            conn.execute(
+                "INSERT INTO chatfmt.conversations SELECT 'conv-' || lpad(i::text, 6, '0'), "
+                "%s, 't', %s + i * 1e-3, %s FROM generate_series(0, %s - 1) AS i",
+                (owner, start, state, n),
+            )
+
+    yield make, fill
+    for store in opened:
+        store.close()
+
+
+def make_app(tok: Tokenizer, store: Any, script: Any = None) -> Any:
     engine = FakeEngine(tok, script or ("Hello there!<|im_end|>",))
     app = create_app(engine, get_dialect("qwen2.5"), model_name="m", store=store, api_key=KEYS)
 
@@ -95,14 +136,15 @@ async def timed_chat_beside(
 
 
 async def test_evicting_for_one_key_does_not_stall_another_keys_chat(
-    qwen: Tokenizer, tmp_path: Path
+    qwen: Tokenizer, backend: tuple[MakeStore, Any]
 ) -> None:
     """Key A's save evicts thousands of its conversations (16 MB store, full): each used to
     cost a sort of all of A's conversations under the store's lock (seconds), while store
     calls waiting for it filled the thread pool that rendering uses, and B's chat waited."""
-    path = tmp_path / "r.sqlite3"
-    fill_conversations(path, owner_of("key-a"), 17_000)
-    store = ResponseStore(path, max_mb=16)
+    make_store, fill = backend
+    fill(owner_of("key-a"), 17_000)
+    # PostgreSQL's limit counts the rows' contents (about 16 MB here), SQLite's its pages.
+    store = make_store(max_mb=16 if isinstance(make_store(), ResponseStore) else 13)
     app = make_app(qwen, store)
     state = {"messages": [{"role": "user", "content": "one more"}]}
     async with client(app) as c:
@@ -115,11 +157,11 @@ async def test_evicting_for_one_key_does_not_stall_another_keys_chat(
 
 
 async def test_a_slow_store_holds_up_only_store_calls(
-    qwen: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    qwen: Tokenizer, backend: tuple[MakeStore, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Store calls run on the store's own threads: however long they wait, a chat that does
     not use the store gets a thread to render on."""
-    store = ResponseStore(tmp_path / "r.sqlite3")
+    store = backend[0]()
     released = threading.Event()
 
     def slow_get(owner: str, rid: str) -> StoredResponse | None:
@@ -139,11 +181,11 @@ async def test_a_slow_store_holds_up_only_store_calls(
 
 
 async def test_a_continuation_whose_conversation_lost_a_response_is_not_stored(
-    qwen: Tokenizer, tmp_path: Path
+    qwen: Tokenizer, backend: tuple[MakeStore, Any]
 ) -> None:
     """The response it continues is deleted while it generates: the answer comes, says
     ``store: false`` (it could not be continued), and is not found afterwards."""
-    store = ResponseStore(tmp_path / "r.sqlite3")
+    store = backend[0]()
     doomed: list[str] = []
 
     def reply(_prompt: list[int]) -> str:
@@ -177,9 +219,9 @@ async def test_a_continuation_whose_conversation_lost_a_response_is_not_stored(
 
 
 async def test_a_lone_surrogate_in_a_saved_conversation_is_a_400(
-    qwen: Tokenizer, tmp_path: Path
+    qwen: Tokenizer, backend: tuple[MakeStore, Any]
 ) -> None:
-    store = ResponseStore(tmp_path / "r.sqlite3")
+    store = backend[0]()
     app = make_app(qwen, store)
     json_type = {**A, "Content-Type": "application/json"}
     async with client(app) as c:

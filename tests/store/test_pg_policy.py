@@ -22,10 +22,11 @@ def test_evicting_thousands_takes_a_few_statements(
     PostgresStore(url).close()
     state = json.dumps({"messages": [{"content": "x" * 900}]})
     start = time.time() - 3600
-    with psycopg.connect(url) as conn, conn.cursor() as cursor:
-        cursor.executemany(
-            "INSERT INTO chatfmt.conversations VALUES (%s, 'o', 't', %s, %s)",
-            [(f"conv-{i:06d}", start + i * 1e-3, state) for i in range(5000)],
+    with psycopg.connect(url) as conn:  # one statement: its triggers run once
+        conn.execute(
+            "INSERT INTO chatfmt.conversations SELECT 'conv-' || lpad(i::text, 6, '0'), "
+            "'o', 't', %s + i * 1e-3, %s FROM generate_series(0, 4999) AS i",
+            (start, state),
         )
     store = PostgresStore(url, max_mb=3)
     issued: list[str] = []

@@ -35,9 +35,7 @@ def test_a_new_database_is_migrated_and_reopening_keeps_the_data(url: str) -> No
     assert again.info()["schema_version"] == PG_SCHEMA_VERSION == len(MIGRATIONS)
     assert rows(again, "SELECT version FROM schema_version") == [(PG_SCHEMA_VERSION,)]
     # The store's tables live in a schema of their own, apart from the database's others.
-    tables = rows(
-        again, "SELECT tablename FROM pg_tables WHERE schemaname = 'chatfmt' ORDER BY 1"
-    )
+    tables = rows(again, "SELECT tablename FROM pg_tables WHERE schemaname = 'chatfmt' ORDER BY 1")
     assert tables == [("conversations",), ("responses",), ("schema_version",), ("usage",)]
     again.close()
 
