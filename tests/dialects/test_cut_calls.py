@@ -62,6 +62,7 @@ TOKENIZERS: dict[str, str | None] = {
     "granite4": None,  # no Granite vocabulary offline
     "granite4.1": None,
     "minimax-m2": None,  # no MiniMax vocabulary offline
+    "nemotron3": None,  # no Nemotron vocabulary offline
 }
 DIALECTS = list_dialects()
 TOOLS = [
@@ -177,6 +178,8 @@ def qwen35_tok() -> Tokenizer:
 def _as_parsed(name: str, calls: list[tuple[str, dict[str, Any]]]) -> Any:
     """The calls as a parse of their rendering gives them back: the XML dialects write a
     value as the template does (``True``, ``None``) and read it without a schema here."""
+    if name == "nemotron3":  # values written and read as Qwen3-Coder's
+        name = "qwen3-coder"
     if name not in ("qwen3-coder", "qwen3.5", "minimax-m2"):
         return calls
     from chatfmt.dialects.parsers.minimax import json_value_text

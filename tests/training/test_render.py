@@ -45,6 +45,9 @@ VARIANTS = [(name, None) for name in list_dialects()] + [
 #: generation prompt writes a thought opening (or an empty thought) that the history never has.
 UNTRAINABLE = {("qwq", None), ("qwq", True), ("qwq", False), ("deepseek-r1", None)}
 UNTRAINABLE |= {("deepseek-v3.2", None), ("deepseek-v3.2", False)}
+#: Nemotron 3 thinking: the prompt opens ``<think>\n``; a reply without reasoning shows
+#: ``<think></think>``.
+UNTRAINABLE |= {("nemotron3", None), ("nemotron3", True)}
 #: Dialects whose parser reads every reply as starting inside a thought, where the prompt after
 #: tool results opens none (DeepSeek R1, V3.1 thinking): the answer is checked as what the parse
 #: holds in all.

@@ -146,6 +146,12 @@ def _minimax_m2() -> Dialect:
     return MiniMaxM2()
 
 
+def _nemotron3() -> Dialect:
+    from .nemotron import Nemotron3
+
+    return Nemotron3()
+
+
 def _harmony() -> Dialect:
     from .harmony import Harmony
 
@@ -175,6 +181,7 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "granite4": _granite4,
     "granite4.1": _granite41,
     "minimax-m2": _minimax_m2,
+    "nemotron3": _nemotron3,
 }
 
 

@@ -1,0 +1,237 @@
+"""NVIDIA Nemotron: Nemotron 3 Nano (ChatML, XML calls) and Nemotron Nano v2 (``<SPECIAL_1x>``
+role tokens, ``<TOOLCALL>`` JSON lists).
+
+:class:`Nemotron3` reproduces the published Nemotron 3 Nano chat template byte for byte (no
+Nemotron vocabulary is available offline: text only). It is ChatML with Qwen3-Coder's XML calls
+(``<tool_call>\\n<function=…>``, values typed back by schema through :meth:`with_tools`), tools
+described as XML in the system turn (the schema keys it does not name written as elements of
+their own), and ``<think>`` reasoning switched per request (``enable_thinking``). Its history
+rule (the template's ``truncate_history_thinking``, on by default): an assistant turn before the
+last user message shows an empty thought ``<think></think>`` instead of its own; later turns keep
+theirs. The system turn is always written, empty when there is no system prompt or tools.
+
+:class:`NemotronNano2` is the earlier format (see its docstring).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..errors import ValidationError
+from ..grammar import Grammar, ToolLike
+from ..messages import Conversation, Message
+from ..segments import Block, BlockBuilder
+from .base import StreamParser
+from .chatml import ENDOFTEXT, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END
+from .parsers.think import ThinkParser
+from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
+from .qwen3_coder import XMLCallsMixin, xml_call_grammar
+
+_INLINE = (TOOL_CALL, TOOL_CALL_END, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
+_TOOLS_HEAD = "# Tools\n\nYou have access to the following functions:\n\n<tools>"
+_TOOLS_TAIL = (
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO "
+    "suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>"
+    "\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second "
+    "parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n"
+    "<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner "
+    "<function=...></function> block must be nested within <tool_call></tool_call> XML tags\n"
+    "- Required parameters MUST be specified\n- You may provide optional reasoning for your "
+    "function call in natural language BEFORE the function call, but NOT after\n- If there is "
+    "no function call available, answer the question like normal with your current knowledge "
+    "and do not tell the user about function calls\n</IMPORTANT>"
+)
+_EMPTY_THOUGHT = THINK + THINK_END
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class Nemotron3(XMLCallsMixin):
+    """Nemotron 3 Nano: byte-exact with its published chat template; thinking on unless turned
+    off; earlier turns' thoughts emptied (:attr:`truncate_history_thinking`)."""
+
+    name = "nemotron3"
+    controls = (IM_START, IM_END, ENDOFTEXT, *_INLINE)
+    prompt_opens_thought = True
+    #: The template's ``truncate_history_thinking``: turns before the last user message show
+    #: ``<think></think>`` in place of their thought. Off, every turn keeps its own.
+    truncate_history_thinking = True
+
+    def _builder(self) -> BlockBuilder:
+        return BlockBuilder(inline_controls=_INLINE)
+
+    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
+        super().validate(conversation, strict=strict)
+        msgs = conversation.messages
+        k = 1 if msgs and msgs[0].role == "system" else 0
+        if len(msgs) > k and msgs[k].role in ("tool", "observation"):
+            # The template opens a results turn only after another turn of the loop.
+            raise ValidationError(
+                f"the {self.name} template writes no turn header for tool results that come "
+                "first; start with a user message",
+                index=k,
+                rule="results-first",
+            )
+
+    def _last_query(self, msgs: Sequence[Message]) -> int:
+        # The last user message of any kind; with none, every turn keeps its thought.
+        if not self.truncate_history_thinking:
+            return -1
+        return max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+
+    def _render_system(
+        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
+    ) -> int:
+        msgs = conversation.messages
+        first_system = bool(msgs) and msgs[0].role == "system"
+        system = msgs[0].text if first_system else ""
+        b.control(IM_START)
+        b.text("system\n" + system)
+        if conversation.tools:
+            b.text(("\n\n" if system else "") + _TOOLS_HEAD)
+            b.text("".join(nemotron_tool(t.definition) for t in conversation.tools))
+            b.tagged(_TOOLS_TAIL)
+        b.control(IM_END)
+        b.text("\n")
+        blocks.append(b.block((0,) if first_system else ()))
+        return 1 if first_system else 0
+
+    def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool, last: bool) -> None:
+        # The template's own string operations, on the same text, so the result is exact; then
+        # the thought tags it wrote itself become tokens, and tags in caller text stay text.
+        content, reasoning = m.content or "", m.reasoning or ""
+        if reasoning.strip():
+            text = f"{THINK}\n{reasoning}\n{THINK_END}\n{content}"
+            close: int | None = len(THINK) + 1 + len(reasoning) + 1
+        elif THINK in content or THINK_END in content:
+            text, close = content, None  # a thought the caller wrote: left to the cuts below
+        else:
+            text, close = _EMPTY_THOUGHT + content, len(THINK)
+        if keep:
+            text = text.strip()
+        elif m.tool_calls:
+            if THINK_END in text:
+                text = text.split(THINK_END)[-1]
+            elif THINK in text:
+                text = text.split(THINK)[0]
+            text, close = _EMPTY_THOUGHT + text.strip(), len(THINK)
+        else:
+            if THINK in text and THINK_END in text:
+                text, close = _EMPTY_THOUGHT + text.split(THINK_END)[-1], len(THINK)
+            text = text.strip()
+        b.text("assistant\n")
+        if close is None:
+            b.text(text)
+        else:
+            b.tagged(THINK)
+            b.text(text[len(THINK) : close])
+            b.tagged(THINK_END)
+            b.text(text[close + len(THINK_END) :])
+        if m.tool_calls:
+            b.text("\n")
+        for call in m.tool_calls or ():
+            self._render_call(b, call.name, call.arguments, call.raw)
+            b.text("\n")
+
+    def _render_results(
+        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
+    ) -> int:
+        # Consecutive results share one user turn, each block on lines of its own.
+        j = i
+        b.control(IM_START)
+        b.text("user\n")
+        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
+            b.control(TOOL_RESPONSE, required=False)
+            b.text("\n" + msgs[j].text + "\n")
+            b.control(TOOL_RESPONSE_END, required=False)
+            b.text("\n")
+            j += 1
+        b.control(IM_END)
+        b.text("\n")
+        blocks.append(b.block(range(i, j)))
+        return j
+
+    def _generation_prompt(self, b: BlockBuilder) -> None:
+        b.tagged(THINK + "\n" if self.thinking else _EMPTY_THOUGHT)
+
+    def call_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """Qwen3-Coder's XML calls (lazy: from ``<tool_call>`` on), then the newline the
+        template writes after a call (so the model writes it too); after the thought when the
+        model thinks first."""
+        grammar = xml_call_grammar(tools, required=required, single=single)
+        head, _, rules = grammar.gbnf.partition("\n")
+        root = f'root ::= ( {head.removeprefix("root ::= ")} ) "\\n"?'
+        return self._after_thought(dataclasses.replace(grammar, gbnf=f"{root}\n{rules}"))
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
+        """Reasoning in ``<think>`` (the prompt opened it when thinking is on), then text and
+        XML calls typed by the request's tools."""
+        return ThinkParser(
+            self._answer_parser(id_factory),
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            open_tag=THINK,
+            close_tag=THINK_END,
+            started=self.thinking,
+        )
+
+
+# ==== Tool descriptions ====
+
+
+def _extra_keys(value: Any, handled: tuple[str, ...]) -> str:
+    """The keys of a schema or definition the template does not name, one element each:
+    mappings and lists as JSON, anything else as Python's ``str``."""
+    if not isinstance(value, Mapping):
+        return ""
+    out = []
+    for key, v in value.items():
+        if key not in handled:
+            text = json_text(v) if isinstance(v, (Mapping, list, tuple)) else str(v)
+            out.append(f"\n<{key}>{text}</{key}>")
+    return "".join(out)
+
+
+def json_text(value: Any) -> str:
+    """The template's ``tojson``; a lone surrogate (from a ``"\\ud800"`` escape) is not text a
+    tokenizer can take, so it stays escaped."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def nemotron_tool(definition: Mapping[str, Any]) -> str:
+    """One tool as Nemotron 3's template describes it (``<function>`` … ``</function>``):
+    Qwen3-Coder's elements plus ``<enum>`` and ``<required>`` as JSON."""
+    fn = definition["function"] if "function" in definition else definition
+    out = [f"\n<function>\n<name>{fn.get('name')}</name>"]
+    if "description" in fn:
+        out.append(f"\n<description>{str(fn['description']).strip()}</description>")
+    out.append("\n<parameters>")
+    params = fn.get("parameters")
+    props = params.get("properties") if isinstance(params, Mapping) else None
+    for name, field in props.items() if isinstance(props, Mapping) else ():
+        out.append(f"\n<parameter>\n<name>{name}</name>")
+        if isinstance(field, Mapping):
+            if "type" in field:
+                out.append(f"\n<type>{field['type']}</type>")
+            if "description" in field:
+                out.append(f"\n<description>{str(field['description']).strip()}</description>")
+            if "enum" in field:
+                out.append(f"\n<enum>{json_text(field['enum'])}</enum>")
+        out.append(_extra_keys(field, ("name", "type", "description", "enum")))
+        out.append("\n</parameter>")
+    out.append(_extra_keys(params, ("type", "properties", "required")))
+    if isinstance(params, Mapping) and "required" in params:
+        out.append(f"\n<required>{json_text(params['required'])}</required>")
+    out.append("\n</parameters>")
+    out.append(_extra_keys(fn, ("type", "name", "description", "parameters")))
+    out.append("\n</function>")
+    return "".join(out)
+
+
+__all__ = ["Nemotron3", "nemotron_tool"]
