@@ -122,6 +122,12 @@ def _gemma3() -> Dialect:
     return Gemma3()
 
 
+def _gemma4() -> Dialect:
+    from .gemma4 import Gemma4
+
+    return Gemma4()
+
+
 def _granite4() -> Dialect:
     from .granite import Granite4
 
@@ -176,6 +182,7 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "magistral": _magistral,
     "llama3": _llama3,
     "gemma3": _gemma3,
+    "gemma4": _gemma4,
     "glm4": _glm4,
     "harmony": _harmony,
     "granite4": _granite4,

@@ -79,6 +79,10 @@ class ThinkParser(StreamParser):
             self._mode = _ANSWER
             self._skip_newlines = True
             return out
+        if self._mode == _LEAD and self._open_tag.startswith(token):
+            # A token that begins a longer open tag (Gemma 4's "<|channel>" of
+            # "<|channel>thought"): read as its text, which the tag is matched on.
+            return self._scan(token)
         if self._mode == _LEAD:
             # Another control token first (a call's tag): no thought; the answer has begun.
             self._mode = _ANSWER
