@@ -199,3 +199,47 @@ def test_after_tool_results_deepseek_replies_without_an_open_thought() -> None:
     assert message["content"] == "It is 42." and "reasoning_content" not in message
     to_user = chat(app, {"messages": USER_HI, **thinking}).json()["choices"][0]["message"]
     assert to_user["reasoning_content"] == "Hm." and to_user["content"] == "Hello!"
+
+
+def test_a_forced_call_after_a_prompt_opened_thought_is_a_call(tok: Any) -> None:
+    """QwQ with thinking on: the prompt opens ``<think>``; on an engine without grammars a
+    named tool_choice writes the call's opening after closing that thought, so the reply is
+    parsed as the call, not as reasoning."""
+    weather = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object"}},
+    }
+    app, fake = qwen3_app(tok, "qwq", ['{"city": "Paris"}}\n</tool_call><|im_end|>'])
+    body = {
+        "messages": USER_HI,
+        "tools": [weather],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "chat_template_kwargs": {"enable_thinking": True},
+    }
+    r = chat(app, body)
+    assert r.status_code == 200, r.text
+    message = r.json()["choices"][0]["message"]
+    assert message["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert "reasoning_content" not in message or not message["reasoning_content"]
+    assert tok.decode(fake.prompts[-1]).endswith(
+        '<think>\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
+    )
+
+
+def test_a_json_reply_of_a_thinking_model_may_follow_its_thought(tok: Any) -> None:
+    """response_format on a model whose prompt opened the thought: the grammar lets the
+    thought close first, and the JSON is the content."""
+    fake = FakeEngine(tok, ['Hm.\n</think>\n\n{"a": 1}<|im_end|>'], grammar_support="lazy")
+    app = create_app(fake, get_dialect("qwq"), model_name="m")
+    body = {
+        "messages": USER_HI,
+        "response_format": {"type": "json_object"},
+        "chat_template_kwargs": {"enable_thinking": True},
+    }
+    r = chat(app, body)
+    assert r.status_code == 200, r.text
+    message = r.json()["choices"][0]["message"]
+    assert message["content"] == '{"a": 1}' and message["reasoning_content"] == "Hm."
+    grammar = fake.params[-1].grammar
+    assert grammar is not None and "</think>" in grammar.gbnf
+    assert grammar.gbnf.splitlines()[0].startswith("root ::= ")

@@ -182,6 +182,12 @@ class Dialect(ABC):
             configured._set_effort(effort)
         return configured
 
+    def after_thought(self, grammar: Grammar) -> Grammar:
+        """``grammar``, a whole-reply one (a required call, a JSON reply, an answer in words),
+        as this dialect's reply must take it: a thinking model writes its thought first (or
+        closes the one its prompt opened). Formats without reasoning return it as it is."""
+        return grammar
+
     def with_tools(self, tools: Sequence[ToolLike]) -> Dialect:
         """This dialect for a request that offers ``tools``: a format whose calls carry
         untyped text (Qwen3-Coder's XML parameters) reads each value by its tool's schema.

@@ -129,7 +129,9 @@ class _DeepSeek(Dialect):
     ) -> Grammar:
         """The family's calls; a required one may follow the thought when thinking is on
         (the prompt opened it: the reply closes it first)."""
-        grammar = self._calls_grammar(tools, required=required, single=single)
+        return self.after_thought(self._calls_grammar(tools, required=required, single=single))
+
+    def after_thought(self, grammar: Grammar) -> Grammar:
         if not self.thinking:
             return grammar
         return thought_first(grammar, THINK, THINK_END, opened=self.prompt_opens_thought)
@@ -292,6 +294,9 @@ class DeepSeekV31(_DeepSeek):
         """``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>``, and the name and ``<｜tool▁sep｜>`` when
         the call is named (R1: its ``function`` type first, the fence after)."""
         head: tuple[Segment, ...] = (Control(CALLS_BEGIN), Control(CALL_BEGIN))
+        if self.thinking and self.prompt_opens_thought:
+            # The prompt opened a thought: close it, or the call would be read as reasoning.
+            head = (Control(THINK_END, required=False), *head)
         if name is None:
             return head
         if self.fenced:

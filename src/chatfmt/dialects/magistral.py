@@ -221,11 +221,13 @@ class Magistral(MistralV11):
     ) -> Grammar:
         """v11's calls (``[TOOL_CALLS]`` name ``[ARGS]`` arguments); a required call may
         follow a thought."""
-        grammar = super().call_grammar(tools, required=required, single=single)
-        return thought_first(grammar, THINK, THINK_END)
+        return self.after_thought(super().call_grammar(tools, required=required, single=single))
 
     def answer_grammar(self) -> Grammar:
-        return thought_first(super().answer_grammar(), THINK, THINK_END)
+        return self.after_thought(super().answer_grammar())
+
+    def after_thought(self, grammar: Grammar) -> Grammar:
+        return thought_first(grammar, THINK, THINK_END)
 
 
 __all__ = ["DEFAULT_SYSTEM", "THINK", "THINK_END", "Magistral"]

@@ -239,7 +239,9 @@ class MiniMaxM2(Dialect):
     ) -> Grammar:
         """A block of calls of ``tools`` (lazy: from ``<minimax:tool_call>`` on); a required
         one comes after the thought the prompt opened."""
-        grammar = minimax_call_grammar(tools, required=required, single=single)
+        return self.after_thought(minimax_call_grammar(tools, required=required, single=single))
+
+    def after_thought(self, grammar: Grammar) -> Grammar:
         return thought_first(grammar, THINK, THINK_END, opened=True)
 
 

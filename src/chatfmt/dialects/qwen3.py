@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from ..errors import ValidationError
 from ..grammar import Grammar, ToolLike, thought_first
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder
+from ..segments import Block, BlockBuilder, Control, Segment, Text
 from .base import ReasoningMode, StreamParser
 from .chatml import (
     HERMES_TOOLS_TAIL,
@@ -178,6 +178,14 @@ class Qwen3(ChatML):
         blocks.append(b.block(range(i, j)))
         return j
 
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """The Hermes call opening; after a thought the prompt opened, that thought closed
+        first (an empty one), or the call would be read as reasoning."""
+        opening = super().forced_call_prefix(name)
+        if self.thinking and self.prompt_opens_thought:
+            return (Control(THINK_END, required=False), Text("\n\n"), *opening)
+        return opening
+
     # ==== Grammars: a thinking reply opens with its thought ====
 
     def call_grammar(
@@ -189,10 +197,12 @@ class Qwen3(ChatML):
     def answer_grammar(self) -> Grammar:
         return self._after_thought(super().answer_grammar())
 
-    def _after_thought(self, grammar: Grammar) -> Grammar:
+    def after_thought(self, grammar: Grammar) -> Grammar:
         if not self.thinking:
             return grammar
         return thought_first(grammar, THINK, THINK_END, opened=self.prompt_opens_thought)
+
+    _after_thought = after_thought  # the name the XML-call subclasses use
 
     # ==== Parsing ====
 

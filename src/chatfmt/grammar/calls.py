@@ -196,9 +196,10 @@ def thought_first(
         # A repeated character among the three would make the exclusion below unsound.
         raise ValueError(f"thought_first needs a close tag like '</think>', got {close_tag!r}")
     c0, c1, c2 = (_class_char(c) for c in close_tag[:3])
-    body = (
-        f"( [^{c0}] | {literal(close_tag[0])} [^{c1}] | {literal(close_tag[:2])} [^{c2}] )*"
-    )
+    first, second = literal(close_tag[0]), literal(close_tag[1])
+    # A run of the first character is taken whole ("<<" then "/" is still a close tag's
+    # start), so the thought can never hold the close tag.
+    body = f"( [^{c0}] | {first}+ [^{c0}{c1}] | {first}+ {second} [^{c2}] )*"
     thought = f"{body} {literal(close_tag)} [\\n]*"
     head = thought if opened else f"( {literal(open_tag)} {thought} )?"
     rules = [

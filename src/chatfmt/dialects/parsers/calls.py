@@ -102,6 +102,17 @@ class CallStream:
         wrote none)."""
         call = self.open
         assert call is not None and not call.ended
+        # The syntax closed, but what it holds must be a call a client can run: arguments that
+        # are one JSON object of finite numbers, within the nesting a reader can take. A parser
+        # that assembles JSON itself (XML, DSML values) is checked here like the scanner's JSON.
+        problem = _invalid_arguments(call.name, "".join(call.arguments))
+        if problem is not None:
+            call.ended = True
+            self._emit(ToolCallEnd(call.index, complete=False))
+            self._warnings.append(
+                f"tool call {call.index} has {problem}; it is incomplete and not runnable"
+            )
+            return
         call.ended = call.complete = True
         self._emit(ToolCallEnd(call.index))
 
@@ -145,9 +156,22 @@ class CallStream:
             )
             return
         kept_raw = raw if self._raw_in_calls else None
+        # end() checked these arguments: this cannot fail short of a deeper stack here.
         try:
             tc = ToolCall(id=call.id, name=call.name, arguments=arguments, raw=kept_raw)
-        except (ValueError, RecursionError):  # unreachable: the scanner checks the JSON
-            tc = ToolCall(id=call.id, name=call.name, arguments="{}", raw=kept_raw)
-            self._warnings.append(f"tool call {call.index} arguments were invalid")
+        except (ValueError, RecursionError):
+            self.incomplete.append(IncompleteCall(call.index, call.id, call.name, arguments, raw))
+            self._warnings.append(f"tool call {call.index} arguments could not be read back")
+            return
         self.complete.append(tc)
+
+
+def _invalid_arguments(name: str, arguments: str) -> str | None:
+    """Why ``arguments`` cannot be a runnable call's (``None``: they can)."""
+    try:
+        ToolCall(id="check", name=name or "f", arguments=arguments)
+    except RecursionError:
+        return "arguments nested too deeply to read"
+    except ValueError as exc:
+        return f"arguments that are not a valid JSON object ({str(exc).splitlines()[0][:120]})"
+    return None

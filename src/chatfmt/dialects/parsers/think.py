@@ -51,11 +51,15 @@ class ThinkParser(StreamParser):
         self._open_tag = open_tag
         self._close_tag = close_tag
         self._mode = _THINK if started else _LEAD
-        self._hold = ""  # undecided text: a possible tag start, or newlines that may be layout
+        # Undecided text, never longer than a tag: the start of a tag split across chunks.
+        self._hold = ""
+        # Blank lines before the reply's first text, counted (not held as text, which would
+        # make a model stuck on newlines cost quadratic time): layout if a thought opens.
+        self._lead = 0
         self._started_text = False  # the thought has had a character that is not a newline
         self._reasoning: list[str] = []
         self._thought = started  # whether the reply has a thought at all
-        self._newlines = ""  # trailing newlines of the thought so far, held back
+        self._newlines = 0  # trailing newlines of the thought so far, held back
         self._skip_newlines = False  # right after the thought: the layout before the answer
 
     # ==== Public interface ====
@@ -69,8 +73,7 @@ class ThinkParser(StreamParser):
         if self._mode == _ANSWER:
             self._skip_newlines = False
             return self._answer.feed(Control(token))
-        if self._mode == _LEAD and token == self._open_tag and not self._hold.strip("\n"):
-            self._hold = ""
+        if self._mode == _LEAD and token == self._open_tag and not self._hold:
             self._enter_thought()
             return []
         if self._mode == _THINK and token == self._close_tag:
@@ -85,9 +88,7 @@ class ThinkParser(StreamParser):
             return self._scan(token)
         if self._mode == _LEAD:
             # Another control token first (a call's tag): no thought; the answer has begun.
-            self._mode = _ANSWER
-            held, self._hold = self._hold, ""
-            out = self._answer.feed(held) if held else []
+            out = self._leave_lead("")
             return out + self._answer.feed(Control(token))
         # Inside the thought, any other control token is reasoning text, as written.
         return self._scan(token)
@@ -100,10 +101,7 @@ class ThinkParser(StreamParser):
             out += self._think_text(self._hold, final=True)
             self._hold = ""
         elif self._mode == _LEAD:
-            self._mode = _ANSWER
-            held, self._hold = self._hold, ""
-            if held:
-                out += self._answer.feed(held)
+            out += self._leave_lead("")
         return out + self._answer.finish(reason)
 
     def result(self) -> ParseResult:
@@ -133,27 +131,39 @@ class ThinkParser(StreamParser):
     def _enter_thought(self) -> None:
         self._mode = _THINK
         self._thought = True
+        self._lead = 0  # the blank lines before the tag were layout
+
+    def _leave_lead(self, text: str) -> list[Event]:
+        """No thought opens: the blank lines and held text so far, then ``text``, are the
+        answer's."""
+        self._mode = _ANSWER
+        held = "\n" * self._lead + self._hold + text
+        self._lead, self._hold = 0, ""
+        return self._answer.feed(held) if held else []
 
     def _scan(self, text: str) -> list[Event]:
         out: list[Event] = []
-        text = self._hold + text
-        self._hold = ""
         while text:
             if self._mode == _LEAD:
-                body = text.lstrip("\n")
-                if not body:
-                    self._hold = text  # blank lines: the thought may still open
-                    return out
-                if body.startswith(self._open_tag):
-                    text = body[len(self._open_tag) :]
+                if not self._hold:
+                    body = text.lstrip("\n")
+                    self._lead += len(text) - len(body)
+                    text = body
+                    if not text:
+                        return out
+                candidate = self._hold + text  # the hold is shorter than the tag
+                self._hold = ""
+                if candidate.startswith(self._open_tag):
+                    text = candidate[len(self._open_tag) :]
                     self._enter_thought()
                     continue
-                if self._open_tag.startswith(body):
-                    self._hold = text  # a tag split across chunks
+                if self._open_tag.startswith(candidate):
+                    self._hold = candidate  # a tag split across chunks
                     return out
-                self._mode = _ANSWER
-                return out + self._answer.feed(text)
+                return out + self._leave_lead(candidate)
             if self._mode == _THINK:
+                text = self._hold + text  # the hold is shorter than the close tag
+                self._hold = ""
                 at = text.find(self._close_tag)
                 if at < 0:
                     keep = held_suffix(text, (self._close_tag,))
@@ -175,7 +185,8 @@ class ThinkParser(StreamParser):
 
     def _think_text(self, text: str, *, final: bool) -> list[Event]:
         """Reasoning text, without the newlines that open and close the block: leading ones
-        are dropped, trailing ones held until more reasoning follows (``final``: none will)."""
+        are dropped, trailing ones counted until more reasoning follows (``final``: none
+        will)."""
         if not self._started_text:
             text = text.lstrip("\n")
             if not text:
@@ -184,9 +195,9 @@ class ThinkParser(StreamParser):
         body = text.rstrip("\n")
         if not body:
             # Only newlines: layout if the block closes next, reasoning if more follows.
-            self._newlines = "" if final else self._newlines + text
+            self._newlines = 0 if final else self._newlines + len(text)
             return []
-        piece = self._newlines + body
-        self._newlines = "" if final else text[len(body) :]
+        piece = "\n" * self._newlines + body
+        self._newlines = 0 if final else len(text) - len(body)
         self._reasoning.append(piece)
         return [ReasoningDelta(piece)]

@@ -370,7 +370,7 @@ class ChatService:
         or the dialect's call syntax for the offered tools, as far as the engine can
         enforce it. What a request requires (a format, a strict tool) and the engine cannot
         enforce is refused, never silently left free."""
-        fmt = self._json_grammar(req)
+        fmt = self._json_grammar(req, dialect)
         if fmt is not None or not tools:
             return fmt
         choice = req.tool_choice
@@ -410,7 +410,7 @@ class ChatService:
             )
         return None
 
-    def _json_grammar(self, req: ChatCompletionRequest) -> Grammar | None:
+    def _json_grammar(self, req: ChatCompletionRequest, dialect: Dialect) -> Grammar | None:
         """The grammar of the JSON reply ``response_format`` asks for, if the engine can
         enforce it; refused otherwise."""
         fmt = req.response_format
@@ -436,10 +436,13 @@ class ChatService:
             )
         spec = fmt.json_schema
         try:
-            return json_grammar(
-                schema,
-                strict=bool(spec and spec.strict),
-                name=spec.name or "" if spec else "",
+            # A thinking model writes its thought first: the JSON is the reply after it.
+            return dialect.after_thought(
+                json_grammar(
+                    schema,
+                    strict=bool(spec and spec.strict),
+                    name=spec.name or "" if spec else "",
+                )
             )
         except SchemaError as exc:
             raise ApiError(
