@@ -30,20 +30,23 @@ def _raise(message: str) -> None:
     raise TemplateError(message)
 
 
-def load_template(name: str) -> Any:
+def load_template(name: str, *, mutable: bool = False) -> Any:
     """The template file ``name`` compiled as ``transformers`` compiles chat templates: a
     sandboxed environment with ``trim_blocks`` and ``lstrip_blocks``, the loop-controls
     extension, a ``tojson`` that is ``json.dumps(..., ensure_ascii=False)`` (with ``indent``
-    honoured), ``raise_exception`` and ``strftime_now``."""
+    honoured), ``raise_exception`` and ``strftime_now``.
+
+    ``mutable``: jinja2's plain sandbox instead of the immutable one, for templates that
+    change lists as they go (the Kimi K2 templates ``append`` and ``pop`` call ids, which
+    transformers' immutable sandbox refuses; llama.cpp's engine runs them)."""
     path = TEMPLATES / name
     if not path.is_file():
         pytest.skip(f"reference template {name} not found beside the project")
     from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
-    )
+    kind = SandboxedEnvironment if mutable else ImmutableSandboxedEnvironment
+    env = kind(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
 
     def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, **_: Any) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent)

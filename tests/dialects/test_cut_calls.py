@@ -63,6 +63,10 @@ TOKENIZERS: dict[str, str | None] = {
     "granite4.1": None,
     "minimax-m2": None,  # no MiniMax vocabulary offline
     "nemotron3": None,  # no Nemotron vocabulary offline
+    "glm4.6": None,  # no GLM-4.5+ vocabulary offline
+    "glm4.7": None,
+    "kimi-k2": None,  # no Kimi vocabulary offline
+    "kimi-k2-thinking": None,
 }
 DIALECTS = list_dialects()
 TOOLS = [
@@ -180,12 +184,12 @@ def _as_parsed(name: str, calls: list[tuple[str, dict[str, Any]]]) -> Any:
     value as the template does (``True``, ``None``) and read it without a schema here."""
     if name == "nemotron3":  # values written and read as Qwen3-Coder's
         name = "qwen3-coder"
-    if name not in ("qwen3-coder", "qwen3.5", "minimax-m2"):
+    if name not in ("qwen3-coder", "qwen3.5", "minimax-m2", "glm4.6", "glm4.7"):
         return calls
     from chatfmt.dialects.parsers.minimax import json_value_text
     from chatfmt.dialects.parsers.xmlcalls import render_value, typed_value
 
-    if name == "minimax-m2":  # strings as they are, other values as JSON
+    if name in ("minimax-m2", "glm4.6", "glm4.7"):  # strings as they are, others as JSON
 
         def render_value(v: Any) -> str:
             return v if isinstance(v, str) else json_value_text(v)

@@ -44,7 +44,7 @@ CALLING = [
     "harmony", "qwen3", "deepseek-r1", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4",
     "granite4", "granite4.1", "minimax-m2",
     "nemotron3",
-    "magistral",
+    "magistral", "glm4.6", "glm4.7", "kimi-k2", "kimi-k2-thinking",
 ]  # fmt: skip
 
 
@@ -71,7 +71,7 @@ def output_of(dialect: Any, calls: list[tuple[str, dict[str, Any]]]) -> str:
         # The prompt opened the thought and history shows an empty one in its place (Nemotron
         # 3): the reply closes the thought, then calls.
         full = prompt + "</think>" + full[len(lone) :]
-    opened = "<think>\n"
+    opened = ("<think>\n", "<think>")
     closed = "<think></think>"
     if prompt.endswith(closed) and not full.startswith(prompt):
         # The prompt closed an empty thought (DeepSeek V3.2, thinking off) that history shows
@@ -79,10 +79,11 @@ def output_of(dialect: Any, calls: list[tuple[str, dict[str, Any]]]) -> str:
         assert full.startswith(prompt[: -len(closed)])
         out = full[len(prompt) - len(closed) :].removeprefix("</think>")
     elif prompt.endswith(opened) and not full.startswith(prompt):
-        # The prompt opened the thought (DeepSeek R1) and history shows none: the reply
-        # closes it, then calls.
-        assert full.startswith(prompt[: -len(opened)])
-        out = "</think>\n\n" + full[len(prompt) - len(opened) :]
+        # The prompt opened the thought (DeepSeek R1, GLM-4.7) and history shows none (or a
+        # lone "</think>"): the reply closes it, then calls.
+        k = len(next(tag for tag in opened if prompt.endswith(tag)))
+        assert full.startswith(prompt[:-k])
+        out = "</think>\n\n" + full[len(prompt) - k :].removeprefix("</think>")
     else:
         assert full.startswith(prompt)
         out = full[len(prompt) :]
@@ -148,6 +149,7 @@ def test_required_calls(judge: GrammarOracle, name: str) -> None:
         .replace('"days" string="false">3<', '"days" string="false">9<')  # DSML
         .replace('"days">3<', '"days">9<')  # MiniMax
         .replace("<parameter=days>\n3\n", "<parameter=days>\n9\n")  # Nemotron 3
+        .replace("<arg_value>3<", "<arg_value>9<")  # GLM-4.5+
     )
     assert out_of_range != out and not judge.accepts(g.gbnf, out_of_range)
 

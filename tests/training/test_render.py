@@ -48,6 +48,8 @@ UNTRAINABLE |= {("deepseek-v3.2", None), ("deepseek-v3.2", False)}
 #: Nemotron 3 thinking: the prompt opens ``<think>\n``; a reply without reasoning shows
 #: ``<think></think>``.
 UNTRAINABLE |= {("nemotron3", None), ("nemotron3", True)}
+#: GLM-4.7 thinking: the prompt opens ``<think>``; a reply without reasoning shows ``</think>``.
+UNTRAINABLE |= {("glm4.7", None), ("glm4.7", True)}
 #: Dialects whose parser reads every reply as starting inside a thought, where the prompt after
 #: tool results opens none (DeepSeek R1, V3.1 thinking): the answer is checked as what the parse
 #: holds in all.

@@ -41,6 +41,7 @@ def add_dialect(p: argparse.ArgumentParser, *, required: bool = True) -> None:
         metavar="NAME",
         help="chat format to use: a built-in dialect (chatml, qwen2.5, qwen3, qwq, qwen3-coder, "
         "qwen3.5, deepseek-r1, deepseek-v3.1, deepseek-v3.2, deepseek-v4, chatglm3, glm4, "
+        "glm4.6, glm4.7, kimi-k2, kimi-k2-thinking, "
         "llama3, mistral-v3, mistral-v7, mistral-v11, gemma3, harmony) or one an installed "
         f"plugin adds{default}",
     )

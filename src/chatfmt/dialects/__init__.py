@@ -92,6 +92,30 @@ def _glm4() -> Dialect:
     return GLM4()
 
 
+def _glm46() -> Dialect:
+    from .glm45 import GLM46
+
+    return GLM46()
+
+
+def _glm47() -> Dialect:
+    from .glm45 import GLM47
+
+    return GLM47()
+
+
+def _kimi_k2() -> Dialect:
+    from .kimi import KimiK2
+
+    return KimiK2()
+
+
+def _kimi_k2_thinking() -> Dialect:
+    from .kimi import KimiK2Thinking
+
+    return KimiK2Thinking()
+
+
 def _llama3() -> Dialect:
     from .llama3 import Llama3
 
@@ -184,6 +208,10 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "gemma3": _gemma3,
     "gemma4": _gemma4,
     "glm4": _glm4,
+    "glm4.6": _glm46,
+    "glm4.7": _glm47,
+    "kimi-k2": _kimi_k2,
+    "kimi-k2-thinking": _kimi_k2_thinking,
     "harmony": _harmony,
     "granite4": _granite4,
     "granite4.1": _granite41,

@@ -105,6 +105,20 @@ _GEMMA = frozenset(
     {"<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<bos>", "<eos>"}
 )
 _GLM = frozenset({"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"})
+#: GLM-4.5+ calls (``<tool_call>name<arg_key>…</arg_key><arg_value>…</arg_value>``), results
+#: and reasoning, besides the GLM role tokens.
+_GLM45 = _GLM | frozenset(
+    f"<{slash}{tag}>"
+    for tag in ("tool_call", "arg_key", "arg_value", "tool_response", "tools", "think")
+    for slash in ("", "/")
+)
+_KIMI = frozenset(
+    {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"}
+    | {f"<|tool_call{s}|>" for s in ("s_section_begin", "s_section_end", "_begin", "_end")}
+    | {"<|tool_call_argument_begin|>", "<think>", "</think>"}
+    | {f"<|media_{s}|>" for s in ("start", "content", "pad", "end")}
+)
+_KIMI_MARKERS = ("<|im_user|>", "<|im_middle|>", "<|tool_calls_section_begin|>")
 
 #: The tool section of Qwen's templates (Qwen2.5, QwQ, Qwen3), before the tool list.
 _QWEN_TOOLS = "# Tools\n\nYou may call one or more functions to assist with the user query."
@@ -260,6 +274,36 @@ _FINGERPRINTS: tuple[_Fingerprint, ...] = (
         "first user message)",
         requires=("<start_of_turn>", "<end_of_turn>"),
         tokens=_GEMMA,
+    ),
+    _Fingerprint(
+        "glm4.6",
+        "GLM-4.5/4.6 (role tokens, <tool_call> calls with <arg_key>/<arg_value> on lines of "
+        "their own, <think> reasoning, /nothink when thinking is off)",
+        requires=("[gMASK]<sop>", "<tool_call>", "<arg_key>", "<think>", "/nothink"),
+        tokens=_GLM45,
+    ),
+    _Fingerprint(
+        "glm4.7",
+        "GLM-4.7 (role tokens, compact <tool_call> calls with <arg_key>/<arg_value>, the "
+        "generation prompt opening <think>)",
+        requires=("[gMASK]<sop>", "<tool_call>", "<arg_key>", "<think>"),
+        tokens=_GLM45,
+        excludes=("/nothink",),
+    ),
+    _Fingerprint(
+        "kimi-k2-thinking",
+        "Kimi K2-Thinking (<|im_user|>…<|im_middle|> turns, functions.NAME:INDEX calls in a "
+        "tool-calls section, <think> reasoning)",
+        requires=(*_KIMI_MARKERS, "<think>"),
+        tokens=_KIMI,
+    ),
+    _Fingerprint(
+        "kimi-k2",
+        "Kimi K2 Instruct (<|im_user|>…<|im_middle|> turns, functions.NAME:INDEX calls in a "
+        "tool-calls section, no reasoning)",
+        requires=_KIMI_MARKERS,
+        tokens=_KIMI,
+        excludes=("<think>",),
     ),
     _Fingerprint(
         "glm4",

@@ -26,8 +26,7 @@ from typing import Any
 from ..errors import SchemaError, ValidationError
 from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
-from ..grammar.schema import SchemaConverter
-from ..messages import Conversation, Message, Tool
+from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from .base import StreamParser
 from .chatml import ENDOFTEXT, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END
@@ -39,7 +38,8 @@ from .parsers.xmlcalls import (
     Schemas,
     XMLCallParser,
     render_value,
-    schema_types,
+    tool_schemas,
+    value_rule,
 )
 from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END, Qwen3, split_thought
 
@@ -90,14 +90,8 @@ class XMLCallsMixin(Qwen3):
         """This dialect with a request's ``tools``: its parser types each call's values by the
         tool's schema (a string stays a string; an integer, a number, a boolean, an object or
         an array is read as such when it parses, as a string when not)."""
-        schemas: dict[str, Mapping[str, Any]] = {}
-        for t in tools:
-            fn = Tool.of(t).function
-            params = fn.get("parameters")
-            props = params.get("properties") if isinstance(params, Mapping) else None
-            schemas[fn["name"]] = props if isinstance(props, Mapping) else {}
         configured = copy.copy(self)
-        configured.tool_schemas = schemas
+        configured.tool_schemas = tool_schemas(tools)
         return configured
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
@@ -379,7 +373,7 @@ def xml_call_grammar(
         parts = []
         for key, schema in props.items() if isinstance(props, Mapping) else ():
             try:
-                value = _value_rule(c, schema, text, strict, f"{tool.name}-{key}")
+                value = value_rule(c, schema, text, strict, f"{tool.name}-{key}")
             except SchemaError as exc:
                 raise exc.of(f"function {tool.name!r}") from None
             one = f"{literal(PARAMETER + key + '>' + chr(10))} {value} {_PARAM_END}"
@@ -399,22 +393,6 @@ def xml_call_grammar(
     if required:
         return c.grammar(calls, preserved=preserved)
     return c.grammar(calls, triggers=(Trigger("word", TOOL_CALL),), preserved=preserved)
-
-
-def _value_rule(c: CallRules, schema: Any, text: str, strict: bool, hint: str) -> str:
-    enum = schema.get("enum") if isinstance(schema, Mapping) else None
-    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
-        # A string enum is written bare, as the template writes a string value.
-        return c.rules.add(f"{hint}-enum", " | ".join(literal(v) for v in enum))
-    types = schema_types(schema)
-    if types is None or "string" in types or len(types) != 1:
-        return text
-    kind = types[0]
-    if kind == "boolean":
-        return c.rules.add("xml-boolean", '"true" | "false" | "True" | "False"')
-    if kind in ("integer", "number", "object", "array"):
-        return SchemaConverter(c.rules, schema, strict=strict).value(schema, hint)
-    return text
 
 
 __all__ = ["CODER_DEFAULT_SYSTEM", "Qwen3Coder", "Qwen35", "coder_tool", "xml_call_grammar"]

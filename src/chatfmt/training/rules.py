@@ -5,10 +5,11 @@ The trained tokens of a turn are what the model produces after its generation pr
 (ChatML's ``<|im_end|>``, Llama 3's ``<|eot_id|>``, Mistral's ``</s>``), so the reply carries it
 and nothing here is needed. Two kinds of family do not, and this module says what to do there:
 
-- the **GLM family** (``chatglm3``, ``glm4``) writes no end into an assistant turn: the model
-  stops by writing the *next* role token (``<|user|>``, ``<|observation|>``), or its
-  end-of-sequence token after the last turn. ChatGLM3's own fine-tuning code trains exactly
-  those: the role token after an assistant turn, and ``</s>`` appended after the last one;
+- the **GLM family** (``chatglm3``, ``glm4``, ``glm4.6``, ``glm4.7``) writes no end into an
+  assistant turn: the model stops by writing the *next* role token (``<|user|>``,
+  ``<|observation|>``), or its end-of-sequence token after the last turn. ChatGLM3's own
+  fine-tuning code trains exactly those: the role token after an assistant turn, and
+  ``</s>`` appended after the last one;
 - **harmony** (gpt-oss) writes ``<|end|>`` into its history where the model emitted
   ``<|return|>`` (its final answer's stop), as the format's own rule for the history says.
 
@@ -44,6 +45,8 @@ class EndRule:
 END_RULES: dict[str, EndRule] = {
     "chatglm3": EndRule(closing="</s>"),
     "glm4": EndRule(closing="<|endoftext|>"),
+    "glm4.6": EndRule(closing="<|endoftext|>"),
+    "glm4.7": EndRule(closing="<|endoftext|>"),
     "harmony": EndRule(history_end="<|end|>", served_end="<|return|>"),
 }
 

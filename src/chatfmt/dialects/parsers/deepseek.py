@@ -88,7 +88,18 @@ _TEXT, _BLOCK, _TYPE, _NAME_M, _PRE, _ARGS, _TAIL, _SKIP = range(8)
 
 
 class SpecialCallsParser(_Output, StreamParser):
-    """One answer in R1's or V3.1's call syntax (``fenced``: R1's)."""
+    """One answer in R1's or V3.1's call syntax (``fenced``: R1's).
+
+    The call tokens are class attributes and a call's head is read by :meth:`_call_head`,
+    so a format with the same structure and tokens of its own (Kimi K2's
+    ``<|tool_calls_section_begin|>``) subclasses this parser rather than writing another.
+    """
+
+    calls_begin = CALLS_BEGIN
+    calls_end = CALLS_END
+    call_begin = CALL_BEGIN
+    call_end = CALL_END
+    sep = SEP
 
     def __init__(
         self,
@@ -102,6 +113,7 @@ class SpecialCallsParser(_Output, StreamParser):
         self._mode = _TEXT
         self._raw: list[str] = []  # the block's text since its last call, kept for degrading
         self._head: list[str] = []  # the type or name being read
+        self._named: tuple[str, str | None] = ("", None)  # the call's name and id, once read
         self._pre = ""  # text before the arguments (R1's fence), undecided
         self._scan: CallScanner | None = None
         self._fed = 0
@@ -115,29 +127,34 @@ class SpecialCallsParser(_Output, StreamParser):
 
     def on_control(self, token: str) -> list[Event]:
         mode = self._mode
-        if token == CALLS_BEGIN and mode in (_TEXT, _SKIP):
+        calls_begin = self.calls_begin
+        if token == calls_begin and mode in (_TEXT, _SKIP):
             self._mode, self._raw, self._in_block = _BLOCK, [token], 0
-        elif token == CALL_BEGIN and mode in (_BLOCK, _TAIL):
+        elif token == self.call_begin and mode in (_BLOCK, _TAIL):
             self._raw.append(token)
             self._head = []
             self._mode = _TYPE if self._fenced else _NAME_M
-        elif token == SEP and mode in (_TYPE, _NAME_M) and not (self._fenced and mode == _NAME_M):
+        elif (
+            token == self.sep
+            and mode in (_TYPE, _NAME_M)
+            and not (self._fenced and mode == _NAME_M)
+        ):
             self._raw.append(token)
             if self._fenced:
                 self._mode, self._head = _NAME_M, []  # the type ("function") is not kept
             else:
                 self._name_done()
-        elif token == CALL_END and mode == _TAIL:
+        elif token == self.call_end and mode == _TAIL:
             self._mode = _BLOCK
-        elif token == CALLS_END and mode in (_BLOCK, _TAIL):
+        elif token == self.calls_end and mode in (_BLOCK, _TAIL):
             if not self._in_block:
                 self._degrade("the tool calls block holds no call")
             self._mode = _TEXT
         elif mode == _ARGS and self._calls.open is not None:
             # A call token inside the arguments: the model left them unfinished.
             self._break("is unterminated")
-            self._mode = _SKIP if token != CALLS_BEGIN else _BLOCK
-            if token == CALLS_BEGIN:
+            self._mode = _SKIP if token != calls_begin else _BLOCK
+            if token == calls_begin:
                 self._raw, self._in_block = [token], 0
         elif mode == _SKIP:
             pass
@@ -178,7 +195,7 @@ class SpecialCallsParser(_Output, StreamParser):
             if self._in_block:
                 self._note_tail()
             else:
-                self._degrade("expected a tool call after <｜tool▁calls▁begin｜>")
+                self._degrade(f"expected a tool call after {self.calls_begin}")
 
     def _note_tail(self) -> None:
         if not self._noted_tail:
@@ -201,12 +218,19 @@ class SpecialCallsParser(_Output, StreamParser):
         self._raw.append(text)
         self._head.append(text)  # checked when whole (a partial check would depend on chunks)
 
+    def _call_head(self, head: str) -> tuple[str, str | None] | None:
+        """A call's head (its text before the separator, stripped) as the tool's name and the
+        call id the model wrote there (``None``: a fresh one); ``None`` when it is not one."""
+        return (head, None) if valid_name(head) else None
+
     def _name_done(self) -> None:
-        name = "".join(self._head).strip(WS)
-        if valid_name(name):
+        head = "".join(self._head).strip(WS)
+        parsed = self._call_head(head)
+        if parsed is not None:
             self._mode, self._pre, self._scan, self._fed = _PRE, "", None, 0
+            self._named = parsed
         else:
-            self._degrade(f"tool call name {name!r} is not a function name")
+            self._degrade(f"tool call name {head!r} is not a function name")
 
     def _on_pre(self, text: str) -> None:
         """Up to the arguments' ``{``: R1's fence line, blank space."""
@@ -229,7 +253,7 @@ class SpecialCallsParser(_Output, StreamParser):
         self._mode = _ARGS
         self._scan = CallScanner()
         self._scan.feed('{"arguments": ')
-        self._calls.start("".join(self._head).strip(WS))
+        self._calls.start(*self._named)
         self._on_args(body)
 
     def _on_args(self, text: str) -> None:

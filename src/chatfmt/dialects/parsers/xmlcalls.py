@@ -30,7 +30,11 @@ from typing import Any, Literal
 
 from ...decoding import held_suffix
 from ...events import Event, Finish, ParseResult, TextDelta
+from ...grammar import CallRules, ToolLike
+from ...grammar.gbnf import literal
+from ...grammar.schema import SchemaConverter
 from ...jsonscan import WS
+from ...messages import Tool
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
 
@@ -146,15 +150,49 @@ def render_value(value: Any) -> str:
     values as Python's ``str`` (``True``, ``None``, ``1.0``); lossy where two values print
     alike (the string ``"True"`` and ``True``)."""
     if isinstance(value, (dict, list)):
-        return _json_text(value)
+        return json_text(value)
     # A lone surrogate (from a "\ud800" escape) is not text a tokenizer can take: keep it escaped.
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", str(value))
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
     """``value`` as JSON, lone surrogates kept escaped."""
     text = json.dumps(value, ensure_ascii=False)
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def tool_schemas(tools: Sequence[ToolLike]) -> dict[str, Mapping[str, Any]]:
+    """The :data:`Schemas` of a request's ``tools``: each tool's name → the ``properties`` of
+    its parameters (empty when it declares none)."""
+    schemas: dict[str, Mapping[str, Any]] = {}
+    for t in tools:
+        fn = Tool.of(t).function
+        params = fn.get("parameters")
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        schemas[fn["name"]] = props if isinstance(props, Mapping) else {}
+    return schemas
+
+
+# ==== Grammars ====
+
+
+def value_rule(c: CallRules, schema: Any, text: str, strict: bool, hint: str) -> str:
+    """The GBNF of a parameter value that the templates write as raw text: ``text`` (the
+    string rule) for a string, one of a string ``enum``, ``true``/``false`` in either spelling
+    for a boolean, JSON of its schema for an integer, number, object or array."""
+    enum = schema.get("enum") if isinstance(schema, Mapping) else None
+    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+        # A string enum is written bare, as the template writes a string value.
+        return c.rules.add(f"{hint}-enum", " | ".join(literal(v) for v in enum))
+    types = schema_types(schema)
+    if types is None or "string" in types or len(types) != 1:
+        return text
+    kind = types[0]
+    if kind == "boolean":
+        return c.rules.add("xml-boolean", '"true" | "false" | "True" | "False"')
+    if kind in ("integer", "number", "object", "array"):
+        return SchemaConverter(c.rules, schema, strict=strict).value(schema, hint)
+    return text
 
 
 # ==== The parser ====
@@ -437,8 +475,8 @@ class XMLCallParser(StreamParser):
             )
         lead = ", " if self._params else "{"
         self._params[name] = None
-        typed = _json_text(typed_value(value, schema))
-        self._calls.stream(f"{lead}{_json_text(name)}: {typed}")
+        typed = json_text(typed_value(value, schema))
+        self._calls.stream(f"{lead}{json_text(name)}: {typed}")
 
     def _record(self) -> None:
         self._calls.record("".join(self._raw))
@@ -454,7 +492,10 @@ __all__ = [
     "PARAMETER_END",
     "Schemas",
     "XMLCallParser",
+    "json_text",
     "render_value",
     "schema_types",
+    "tool_schemas",
     "typed_value",
+    "value_rule",
 ]

@@ -1,0 +1,349 @@
+"""GLM-4.5, 4.6 and 4.7: the GLM role tokens, ``<think>`` reasoning and ``<arg_key>`` calls.
+
+``[gMASK]<sop>``, then per message ``<|role|>`` and its text; tools are a ``<|system|>`` turn
+of their own, one JSON definition per line; a call is ``<tool_call>name`` with one
+``<arg_key>`` / ``<arg_value>`` pair per argument (a string value as it is, anything else as
+JSON); results are ``<tool_response>`` blocks after one ``<|observation|>``. The model stops by
+writing the next role token (``<|user|>``, ``<|observation|>``) or ``<|endoftext|>``.
+
+- :class:`GLM46` (``glm4.6``) follows the GLM-4.5/4.6 template: a newline after each role token
+  and around each call's elements; every reply opens with ``\\n<think>…</think>``; thinking
+  off appends ``/nothink`` to every user turn and closes an empty thought in the generation
+  prompt.
+- :class:`GLM47` (``glm4.7``) follows GLM-4.7's compact layout: no newlines; the generation
+  prompt opens the thought (or closes it, thinking off); earlier replies show ``</think>``.
+
+Both keep an assistant turn's reasoning only after the last user message (a tool loop in
+progress). Text-exact with the published templates; no GLM-4.5+ vocabulary is available
+offline, so ids are not checked (``docs/formats/glm.md``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Sequence
+
+from ..errors import ValidationError
+from ..grammar import Grammar, ToolLike, thought_first
+from ..messages import Conversation, Message, Tool, ToolCall
+from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..validation import check_common
+from .base import Dialect, ReasoningMode, StreamParser
+from .glm import ASSISTANT, OBSERVATION, SYSTEM, USER
+from .parsers.deepseek import valid_name
+from .parsers.glmxml import (
+    ARG_KEY,
+    ARG_KEY_END,
+    ARG_VALUE,
+    ARG_VALUE_END,
+    CALL_TAGS,
+    TOOL_CALL,
+    TOOL_CALL_END,
+    GLMCallParser,
+    glm_argument_text,
+    glm_call_grammar,
+)
+from .parsers.think import ThinkParser
+from .parsers.xmlcalls import Schemas, tool_schemas
+from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END, split_thought
+
+GMASK, SOP, ENDOFTEXT = "[gMASK]", "<sop>", "<|endoftext|>"
+#: Appended to each user turn when thinking is off (GLM-4.5/4.6); a token of the vocabulary.
+NOTHINK = "/nothink"
+_ROLES = (SYSTEM, USER, ASSISTANT, OBSERVATION)
+_TAGS = (THINK, THINK_END, *CALL_TAGS, TOOL_RESPONSE, TOOL_RESPONSE_END)
+_TOOLS_HEAD = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+    "provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+)
+_TOOLS_TAIL = (
+    "</tools>\n\nFor each function call, output the function name and arguments within the "
+    "following XML format:\n"
+)
+_EXAMPLE_46 = (
+    "<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}"
+    "</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n"
+    "</tool_call>"
+)
+_EXAMPLE_47 = (
+    "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}"
+    "</arg_value><arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>..."
+    "</tool_call>"
+)
+
+
+def _bad_key(name: str) -> bool:
+    """Whether an argument name would break the call's tags when written back."""
+    return not name.strip() or name != name.strip() or any(c in name for c in "<>\n")
+
+
+def _is_result(m: Message) -> bool:
+    return m.role in ("tool", "observation")
+
+
+class _GLM45(Dialect):
+    """What the GLM-4.5+ layouts share: tokens, validation, the history rule, calls, parsing.
+    A subclass sets :attr:`sep` (what follows a role token and separates a call's elements)
+    and its thinking switch."""
+
+    controls = (GMASK, SOP, *_ROLES, ENDOFTEXT, *_TAGS, NOTHINK)
+    stop_controls = (USER, OBSERVATION, ENDOFTEXT)
+    #: ``[gMASK]``, ``<sop>`` and ``/nothink`` are never generated: as text they stay text.
+    text_controls = (*_ROLES, ENDOFTEXT, *_TAGS)
+    turns_render_independently = False  # a new user message drops the reasoning before it
+    reasoning: ReasoningMode = "switch"
+    thinking = True  # the templates' default: thinking unless enable_thinking is false
+    #: ``"\n"`` (GLM-4.5/4.6) or ``""`` (GLM-4.7).
+    sep = ""
+    #: Whether the generation prompt opens the thought when thinking is on (GLM-4.7).
+    prompt_opens_thought = False
+    #: The request's tools (name → parameters' ``properties``), set by :meth:`with_tools`.
+    tool_schemas: Schemas | None = None
+
+    def with_tools(self, tools: Sequence[ToolLike]) -> _GLM45:
+        """This dialect with a request's ``tools``: its parser types each call's values by the
+        tool's schema (see :func:`~.parsers.xmlcalls.typed_value`)."""
+        configured = copy.copy(self)
+        configured.tool_schemas = tool_schemas(tools)
+        return configured
+
+    # ==== Validation ====
+
+    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
+        check_common(conversation, strict=strict)
+        if not strict:
+            return
+        for i, m in enumerate(conversation.messages):
+            if m.metadata:
+                raise ValidationError(
+                    f"the {self.name} template has no header metadata and would drop it; "
+                    "remove 'metadata'",
+                    index=i,
+                    rule="metadata",
+                )
+            for call in m.tool_calls or ():
+                bad = [] if valid_name(call.name) else [call.name]
+                bad += [k for k in call.arguments_dict() if _bad_key(k)]
+                if bad:
+                    raise ValidationError(
+                        f"tool call name or argument {bad[0]!r} is empty or holds characters "
+                        "that break the call's tags (a name: whitespace, quotes, '<', '>', "
+                        "backslashes; an argument: '<', '>', a newline, whitespace at an end); "
+                        "use a plain identifier",
+                        index=i,
+                        rule="tool-call-name",
+                    )
+
+    # ==== Rendering ====
+
+    def _builder(self) -> BlockBuilder:
+        return BlockBuilder(inline_controls=_TAGS)
+
+    def render_blocks(
+        self, conversation: Conversation, *, add_generation_prompt: bool = True
+    ) -> list[Block]:
+        msgs = conversation.messages
+        b = self._builder()
+        blocks: list[Block] = []
+        b.control(GMASK)
+        b.control(SOP)
+        if conversation.tools:
+            self._render_tools(b, conversation.tools)
+        blocks.append(b.block())
+        last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+        n = len(msgs)
+        i = 0
+        while i < n:
+            m = msgs[i]
+            if _is_result(m):
+                # Consecutive results: one <|observation|>, one <tool_response> each.
+                j = i
+                b.control(OBSERVATION)
+                while j < n and _is_result(msgs[j]):
+                    self._render_result(b, msgs[j].text)
+                    j += 1
+                blocks.append(b.block(range(i, j)))
+                i = j
+                continue
+            if m.role == "assistant":
+                self._render_assistant(b, m, keep=i > last_user)
+            elif m.role == "user":
+                b.control(USER)
+                b.text(self.sep + m.text)
+                self._after_user(b, m.text)
+            else:
+                b.control(SYSTEM)
+                b.text(self.sep + m.text)
+            blocks.append(b.block((i,)))
+            i += 1
+        if add_generation_prompt:
+            b.control(ASSISTANT)
+            self._generation_prompt(b)
+            blocks.append(b.block())
+        return blocks
+
+    def _render_tools(self, b: BlockBuilder, tools: Sequence[Tool]) -> None:
+        b.control(SYSTEM)
+        # Tool definitions are caller text: only the template's own tags are controls.
+        b.text("\n" + _TOOLS_HEAD + "".join(_tool_line(t) for t in tools))
+        b.text(_TOOLS_TAIL)
+        b.tagged(_EXAMPLE_46 if self.sep else _EXAMPLE_47)
+
+    def _after_user(self, b: BlockBuilder, text: str) -> None:
+        """What the template writes after a user message's text (GLM-4.6: ``/nothink``)."""
+
+    def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool) -> None:
+        reasoning, content = split_thought(m)
+        b.control(ASSISTANT)
+        self._thought(b, reasoning.strip() if keep and reasoning else None)
+        if content.strip():
+            b.text(self.sep + content.strip())
+        for call in m.tool_calls or ():
+            self._render_call(b, call)
+
+    def _thought(self, b: BlockBuilder, reasoning: str | None) -> None:
+        """A reply's thought in history: ``reasoning`` (kept), or ``None`` where it is dropped."""
+        raise NotImplementedError
+
+    def _render_call(self, b: BlockBuilder, call: ToolCall) -> None:
+        b.text(self.sep)
+        if call.raw is not None:
+            b.tagged(call.raw)  # history re-renders to the tokens the model produced
+            return
+        sep = self.sep
+        b.control(TOOL_CALL, required=False)
+        b.text(call.name + sep)
+        for key, value in call.arguments_dict().items():
+            b.control(ARG_KEY, required=False)
+            b.text(key)
+            b.control(ARG_KEY_END, required=False)
+            b.text(sep)
+            b.control(ARG_VALUE, required=False)
+            b.text(glm_argument_text(value))
+            b.control(ARG_VALUE_END, required=False)
+            b.text(sep)
+        b.control(TOOL_CALL_END, required=False)
+
+    def _render_result(self, b: BlockBuilder, text: str) -> None:
+        b.text(self.sep)
+        b.control(TOOL_RESPONSE, required=False)
+        b.text(self.sep + text + self.sep)
+        b.control(TOOL_RESPONSE_END, required=False)
+
+    def _generation_prompt(self, b: BlockBuilder) -> None:
+        raise NotImplementedError
+
+    # ==== Parsing and grammars ====
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
+        """Reasoning in ``<think>`` (the reply starts inside it when the prompt opened it),
+        then text and calls, values typed by :attr:`tool_schemas`."""
+        answer = GLMCallParser(
+            id_factory=id_factory, stop_controls=self.stop_controls, schemas=self.tool_schemas
+        )
+        return ThinkParser(
+            answer,
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            open_tag=THINK,
+            close_tag=THINK_END,
+            started=self.thinking and self.prompt_opens_thought,
+        )
+
+    def call_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """Calls of ``tools`` (lazy: from ``<tool_call>`` on); a required one may follow the
+        thought when thinking is on."""
+        grammar = glm_call_grammar(tools, newlines=bool(self.sep), required=required, single=single)
+        if not self.thinking:
+            return grammar
+        return thought_first(grammar, THINK, THINK_END, opened=self.prompt_opens_thought)
+
+
+def _tool_line(tool: Tool) -> str:
+    """One tool as the templates list it: its definition as JSON on a line of its own."""
+    return json.dumps(tool.definition, ensure_ascii=False) + "\n"
+
+
+class GLM46(_GLM45):
+    """GLM-4.5 and GLM-4.6: text-exact with the published GLM-4.6 chat template.
+
+    Every reply opens with ``\\n<think>…</think>`` (empty unless its reasoning is kept), its
+    content and calls on lines of their own. Thinking off appends ``/nothink`` to each user
+    message (unless it already ends with it) and closes an empty thought in the generation
+    prompt; on, the prompt is ``<|assistant|>`` alone and the model opens the thought.
+    """
+
+    name = "glm4.6"
+    sep = "\n"
+
+    def _after_user(self, b: BlockBuilder, text: str) -> None:
+        if not self.thinking and not text.endswith(NOTHINK):
+            b.control(NOTHINK, required=False)
+
+    def _thought(self, b: BlockBuilder, reasoning: str | None) -> None:
+        b.text("\n")
+        b.control(THINK, required=False)
+        b.text(reasoning or "")
+        b.control(THINK_END, required=False)
+
+    def _generation_prompt(self, b: BlockBuilder) -> None:
+        if not self.thinking:
+            self._thought(b, None)
+
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """An empty thought when thinking is on (as history shows it), then ``<tool_call>``
+        and the name when the tool is named."""
+        thought: tuple[Segment, ...] = ()
+        if self.thinking:
+            thought = (Text("\n"), Control(THINK, False), Control(THINK_END, False))
+        opening: tuple[Segment, ...] = (Text("\n"), Control(TOOL_CALL, False))
+        return thought + opening + ((Text(name + "\n"),) if name is not None else ())
+
+    def call_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """As :meth:`_GLM45.call_grammar`; a required call may start after the newline that
+        opens the reply."""
+        grammar = super().call_grammar(tools, required=required, single=single)
+        if grammar.lazy:
+            return grammar
+        lines = grammar.gbnf.splitlines()
+        lines[0] = "root ::= [\\n]* " + lines[0][len("root ::= ") :]
+        return Grammar(
+            "\n".join(lines) + "\n", lazy=False, triggers=(), preserved=grammar.preserved
+        )
+
+
+class GLM47(_GLM45):
+    """GLM-4.7: text-exact with the published GLM-4.7-Flash chat template.
+
+    Compact: nothing between a role token and its text, nor between a call's elements. The
+    generation prompt opens the thought (``<think>``), or closes it when thinking is off
+    (``</think>``); a reply in history shows ``<think>…</think>`` where its reasoning is kept,
+    else ``</think>`` alone.
+    """
+
+    name = "glm4.7"
+    prompt_opens_thought = True
+
+    def _thought(self, b: BlockBuilder, reasoning: str | None) -> None:
+        if reasoning is not None:
+            b.control(THINK, required=False)
+            b.text(reasoning)
+        b.control(THINK_END, required=False)
+
+    def _generation_prompt(self, b: BlockBuilder) -> None:
+        b.control(THINK if self.thinking else THINK_END, required=False)
+
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """``<tool_call>`` and the name when the tool is named; nothing when the prompt opened
+        a thought (the call comes after it, which the grammar says)."""
+        if self.thinking:
+            return ()
+        return (Control(TOOL_CALL, False), *((Text(name),) if name is not None else ()))
+
+
+__all__ = ["GLM46", "GLM47", "NOTHINK"]
