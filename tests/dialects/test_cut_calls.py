@@ -45,6 +45,7 @@ TOKENIZERS: dict[str, str | None] = {
     "chatglm3": "small_glm",
     "glm4": "glm4_standin",
     "gemma3": None,  # no call syntax (test_no_calls_where_the_format_has_none)
+    "gemma4": None,  # no Gemma 4 vocabulary offline
     "llama3": "llama3_tok",
     "mistral-v3": "mistral_v3_tok",
     "mistral-v7": None,
@@ -148,6 +149,9 @@ def _after_thought(prompt: str, whole: str) -> str | None:
         return rest[len("</think>") :]
     if opened.startswith("<think>") and opened.rstrip("\n").endswith("</think>"):
         return rest  # the prompt closed an empty thought (QwQ); history shows none
+    g = prompt.find("<|channel>", max(n - 10, 0))
+    if 0 <= g <= n and prompt[g:] == "<|channel>thought\n<channel|>":
+        return whole[g:]  # the prompt closed an empty thought channel (Gemma 4); history: none
     return None
 
 

@@ -83,7 +83,7 @@ def test_gemma4_history_matches_template(
 @settings(max_examples=MAX_EXAMPLES, deadline=None)
 @given(value=json_values)
 def test_the_notation_reads_back_what_it_writes(value: Any) -> None:
-    if "<|\"|>" in json.dumps(value) or any(
+    if '<|"|>' in json.dumps(value) or any(
         isinstance(v, str) and v != v.strip() for v in _keys(value)
     ):
         return
@@ -153,8 +153,10 @@ def test_the_prompt_after_calls_and_after_results() -> None:
     assert thinking.render_text(load_conversation({"messages": loop[:1]})) == (
         "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nfirst<turn|>\n<|turn>model\n"
     )
-    assert Gemma4().render_text(load_conversation({"messages": loop[:1]})).endswith(
-        "<|turn>model\n<|channel>thought\n<channel|>"
+    assert (
+        Gemma4()
+        .render_text(load_conversation({"messages": loop[:1]}))
+        .endswith("<|turn>model\n<|channel>thought\n<channel|>")
     )
 
 

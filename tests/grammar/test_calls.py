@@ -44,7 +44,7 @@ CALLING = [
     "harmony", "qwen3", "deepseek-r1", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4",
     "granite4", "granite4.1", "minimax-m2",
     "nemotron3",
-    "magistral", "glm4.6", "glm4.7", "kimi-k2", "kimi-k2-thinking",
+    "magistral", "glm4.6", "glm4.7", "kimi-k2", "kimi-k2-thinking", "gemma4",
 ]  # fmt: skip
 
 
@@ -72,7 +72,10 @@ def output_of(dialect: Any, calls: list[tuple[str, dict[str, Any]]]) -> str:
         # 3): the reply closes the thought, then calls.
         full = prompt + "</think>" + full[len(lone) :]
     opened = ("<think>\n", "<think>")
-    closed = "<think></think>"
+    # An empty thought the prompt closed: DeepSeek V3.2's, Gemma 4's thought channel.
+    closed = next(
+        (c for c in ("<|channel>thought\n<channel|>",) if prompt.endswith(c)), "<think></think>"
+    )
     if prompt.endswith(closed) and not full.startswith(prompt):
         # The prompt closed an empty thought (DeepSeek V3.2, thinking off) that history shows
         # as a lone "</think>": the reply is what follows.
@@ -150,6 +153,7 @@ def test_required_calls(judge: GrammarOracle, name: str) -> None:
         .replace('"days">3<', '"days">9<')  # MiniMax
         .replace("<parameter=days>\n3\n", "<parameter=days>\n9\n")  # Nemotron 3
         .replace("<arg_value>3<", "<arg_value>9<")  # GLM-4.5+
+        .replace("days:3", "days:9")  # Gemma 4
     )
     assert out_of_range != out and not judge.accepts(g.gbnf, out_of_range)
 

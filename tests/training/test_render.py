@@ -50,6 +50,9 @@ UNTRAINABLE |= {("deepseek-v3.2", None), ("deepseek-v3.2", False)}
 UNTRAINABLE |= {("nemotron3", None), ("nemotron3", True)}
 #: GLM-4.7 thinking: the prompt opens ``<think>``; a reply without reasoning shows ``</think>``.
 UNTRAINABLE |= {("glm4.7", None), ("glm4.7", True)}
+#: Gemma 4 thinking off (its default): the prompt writes an empty thought channel that history
+#: never has.
+UNTRAINABLE |= {("gemma4", None), ("gemma4", False)}
 #: Dialects whose parser reads every reply as starting inside a thought, where the prompt after
 #: tool results opens none (DeepSeek R1, V3.1 thinking): the answer is checked as what the parse
 #: holds in all.

@@ -283,9 +283,7 @@ class Gemma4(Dialect):
     ) -> Any:
         """Calls of ``tools`` in the notation (lazy: from ``<|tool_call>`` on); a required one
         may follow a thought when thinking is on."""
-        return gemma4_call_grammar(
-            tools, required=required, single=single, thought=self.thinking
-        )
+        return gemma4_call_grammar(tools, required=required, single=single, thought=self.thinking)
 
 
 __all__ = ["Gemma4", "strip_thinking"]

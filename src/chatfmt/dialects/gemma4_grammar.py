@@ -146,7 +146,7 @@ def gemma4_call_grammar(
         return grammar  # the prompt closed an empty thought
     wrapped = thought_first(grammar, "<|channel>thought", "<channel|>")
     # The channel's opening is a token and a word: the token is what an engine preserves.
-    kept = tuple(p for p in wrapped.preserved if p != "<|channel>thought") + ("<|channel>",)
+    kept = (*(p for p in wrapped.preserved if p != "<|channel>thought"), "<|channel>")
     return dataclasses.replace(wrapped, preserved=kept)
 
 
