@@ -170,7 +170,10 @@ def test_concurrent_writers_past_the_limit_evict_fairly(url: str) -> None:
     for i in range(4):
         assert stores[1].get(f"key{i}", f"key{i}-59") is not None
     per_key = dict(rows(stores[0], "SELECT owner, bytes FROM usage"))
-    assert max(per_key.values()) - min(per_key.values()) <= 3 * 5_200, per_key
+    # Eviction levels the keys; between evictions (a twentieth of the limit written) they
+    # grow as they write, so they end apart by at most that step and a row.
+    step = limit_mb * 1024 * 1024 / 20
+    assert max(per_key.values()) - min(per_key.values()) <= step + 5_200, per_key
     check_consistent(stores[0])
     previous = None
     with pytest.raises(StoreFull):

@@ -5,9 +5,9 @@
 :class:`~.aio.AsyncStore`, which runs a backend's calls on small thread pools of its own; a
 blocking psycopg pool fits that as the SQLite backend does (the API code stays as it is, and
 ``chatfmt store`` uses the same class without an event loop). psycopg releases the GIL while it
-waits for the server, so the threads wait in parallel; the pool holds as many connections as
-those threads (:data:`POOL_SIZE`), checked before each use so that a server restart costs one
-reconnect, not an error.
+waits for the server, so the threads wait in parallel; the pool holds up to as many
+connections as those threads (:data:`POOL_SIZE`), checked before each use so that a database
+restart costs a reconnect, not an error.
 
 **What stands in for SQLite's single writer.** SQLite runs one write transaction at a time;
 here transactions of many processes overlap, so each write says what it must not overlap
@@ -65,8 +65,9 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-#: Connections per process: one for each of the store's threads, and one for a command.
-POOL_SIZE = READERS + WRITERS + 1
+#: Connections per process: one for each thread of the server's two store facades (the API's
+#: and the web chat's, :class:`~.aio.AsyncStore` each), so that no call waits for another's.
+POOL_SIZE = 2 * (READERS + WRITERS)
 #: How long opening a connection may take, and how long a call waits for a free one.
 CONNECT_S = 10
 WAIT_S = 30.0
