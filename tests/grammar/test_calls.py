@@ -292,3 +292,13 @@ def test_a_thinking_model_may_think_before_a_required_call_or_an_answer(
     opened = qwq.call_grammar(TOOLS, required=True)
     inside = "Paris, then.\n</think>\n\n" + call
     assert judge.accepts(opened.gbnf, inside)
+
+
+def test_a_thought_never_holds_its_close_tag(judge: GrammarOracle) -> None:
+    from chatfmt.grammar import WORDS, thought_first
+
+    g = thought_first(WORDS, "<think>", "</think>")
+    assert judge.accepts(g.gbnf, "<think>a << b, </b> and <<x</think>\n\nHi")
+    assert not judge.accepts(g.gbnf, "<think>a <</think>more</think>\n\nHi")
+    bracket = thought_first(WORDS, "[THINK]", "[/THINK]")
+    assert not judge.accepts(bracket.gbnf, "[THINK]a [[/THINK]more[/THINK]Hi")
