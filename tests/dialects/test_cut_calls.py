@@ -64,6 +64,7 @@ TOKENIZERS: dict[str, str | None] = {
     "granite4.1": None,
     "minimax-m2": None,  # no MiniMax vocabulary offline
     "nemotron3": None,  # no Nemotron vocabulary offline
+    "nemotron-nano2": None,  # no Nemotron vocabulary offline
     "glm4.6": None,  # no GLM-4.5+ vocabulary offline
     "glm4.7": None,
     "kimi-k2": None,  # no Kimi vocabulary offline

@@ -57,6 +57,9 @@ UNTRAINABLE |= {("gemma4", None), ("gemma4", False)}
 #: tool results opens none (DeepSeek R1, V3.1 thinking): the answer is checked as what the parse
 #: holds in all.
 THOUGHT_PARSERS = {"deepseek-r1", "deepseek-v3.1"}
+#: Nemotron Nano v2 (thinking on) writes a final answer inside the thought it opened (its
+#: template never closes it for the last message): the answer parses as reasoning.
+THOUGHT_PARSERS |= {"nemotron-nano2"}
 
 TOOLS = [
     {

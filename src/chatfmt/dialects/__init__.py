@@ -182,6 +182,12 @@ def _nemotron3() -> Dialect:
     return Nemotron3()
 
 
+def _nemotron_nano2() -> Dialect:
+    from .nemotron import NemotronNano2
+
+    return NemotronNano2()
+
+
 def _harmony() -> Dialect:
     from .harmony import Harmony
 
@@ -217,6 +223,7 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "granite4.1": _granite41,
     "minimax-m2": _minimax_m2,
     "nemotron3": _nemotron3,
+    "nemotron-nano2": _nemotron_nano2,
 }
 
 

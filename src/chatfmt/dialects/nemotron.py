@@ -15,6 +15,7 @@ theirs. The system turn is always written, empty when there is no system prompt 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -22,11 +23,22 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ValidationError
-from ..grammar import Grammar, ToolLike
+from ..grammar import CallRules, Grammar, ToolLike, Trigger, thought_first
+from ..grammar.gbnf import literal
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder
-from .base import StreamParser
-from .chatml import ENDOFTEXT, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END
+from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..validation import check_common
+from .base import Dialect, ReasoningMode, StreamParser
+from .chatml import (
+    BAD_CALL_NAME,
+    ENDOFTEXT,
+    IM_END,
+    IM_START,
+    TOOL_CALL,
+    TOOL_CALL_END,
+    arguments_json,
+)
+from .parsers.mistral import ToolCallsParser
 from .parsers.think import ThinkParser
 from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from .qwen3_coder import XMLCallsMixin, xml_call_grammar
@@ -234,4 +246,276 @@ def nemotron_tool(definition: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-__all__ = ["Nemotron3", "nemotron_tool"]
+# ==== Nemotron Nano v2 ====
+
+SYSTEM = "<SPECIAL_10>"
+TURN = "<SPECIAL_11>"
+TURN_END = "<SPECIAL_12>"
+TOOLCALL = "<TOOLCALL>"
+TOOLCALL_END = "</TOOLCALL>"
+TOOL_RESULTS = "<TOOL_RESPONSE>"
+TOOL_RESULTS_END = "</TOOL_RESPONSE>"
+AVAILABLE_TOOLS = "<AVAILABLE_TOOLS>"
+AVAILABLE_TOOLS_END = "</AVAILABLE_TOOLS>"
+_NANO2_INLINE = (
+    THINK, THINK_END, TOOLCALL, TOOLCALL_END, TOOL_RESULTS, TOOL_RESULTS_END, AVAILABLE_TOOLS,
+    AVAILABLE_TOOLS_END,
+)  # fmt: skip
+_THINK_FLAG, _NO_THINK_FLAG = "/think", "/no_think"
+_NANO2_TOOLS_TAIL = (
+    "\n\nIf you decide to call any tool(s), use the following format:\n"
+    '<TOOLCALL>[{{"name": "tool_name1", "arguments": "tool_args1"}}, '
+    '{{"name": "tool_name2", "arguments": "tool_args2"}}]</TOOLCALL>\n\n'
+    "The user will execute tool-calls and return responses from tool(s) in this format:\n"
+    '<TOOL_RESPONSE>[{{"tool_response1"}}, {{"tool_response2"}}]</TOOL_RESPONSE>\n\n'
+    "Based on the tool responses, you can call additional tools if needed, correct tool calls "
+    "if any errors are found, or just respond to the user."
+)
+
+
+def _unflagged(text: str) -> str:
+    """A user or system text as the template writes it: the thinking flags deleted, trimmed."""
+    return text.replace(_THINK_FLAG, "").replace(_NO_THINK_FLAG, "").strip()
+
+
+def thinking_flag(conversation: Conversation) -> bool | None:
+    """The thinking switch the conversation's own text sets, as the template reads it: the last
+    system or user message holding ``/think`` (on) or ``/no_think`` (off); ``None`` for none."""
+    flag = None
+    for m in conversation.messages:
+        if m.role in ("user", "system"):
+            if _THINK_FLAG in m.text:
+                flag = True
+            elif _NO_THINK_FLAG in m.text:
+                flag = False
+    return flag
+
+
+class NemotronNano2(Dialect):
+    """Nemotron Nano v2 (9B, 12B): byte-exact with its published chat template.
+
+    Thinking is switched by ``/think`` or ``/no_think`` in a system or user message (the last
+    one wins, and the template deletes the flags from the text); with neither, by the request
+    (:meth:`with_reasoning`, on by default). :meth:`for_reply_to` gives the dialect configured
+    for the conversation's own switch, for parsing its reply. The template never writes a
+    turn's reasoning, and cuts a thought left in an earlier turn's content."""
+
+    name = "nemotron-nano2"
+    controls = (SYSTEM, TURN, TURN_END, *_NANO2_INLINE)
+    stop_controls = (TURN_END,)
+    reasoning: ReasoningMode = "switch"
+    thinking = True
+    turns_render_independently = False  # a later flag changes the generation prompt
+
+    def for_reply_to(self, conversation: Conversation) -> NemotronNano2:
+        flag = thinking_flag(conversation)
+        if flag is None or flag == self.thinking:
+            return self
+        configured = copy.copy(self)
+        configured.thinking = flag
+        return configured
+
+    # ==== Validation ====
+
+    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
+        check_common(conversation, strict=strict)
+        msgs = conversation.messages
+        for i, m in enumerate(msgs):
+            if m.role != "assistant" and m.content is None:
+                raise ValidationError(
+                    f"a {m.role} message needs content for the {self.name} template; set "
+                    'content to a string (it may be "")',
+                    index=i,
+                    rule="content",
+                )
+            if not strict:
+                continue
+            if m.role == "system" and i:
+                raise ValidationError(
+                    f"the {self.name} template drops a system message that is not first; move "
+                    "it first or merge it into the first one",
+                    index=i,
+                    rule="system-position",
+                )
+            if m.role not in ("system", "user", "assistant", "tool", "observation"):
+                raise ValidationError(
+                    f"the {self.name} template drops {m.role!r} messages; use user or system",
+                    index=i,
+                    rule="role",
+                )
+            for call in m.tool_calls or ():
+                if not call.name or BAD_CALL_NAME.search(call.name):
+                    raise ValidationError(
+                        f"tool call name {call.name!r} is empty or holds quotes, backslashes or "
+                        "control characters, which break the call's JSON; use a plain "
+                        "identifier such as 'get_weather'",
+                        index=i,
+                        rule="tool-call-name",
+                    )
+        if not msgs or all(m.role == "system" for m in msgs):
+            raise ValidationError(
+                f"the {self.name} template needs a message after the system prompt; add one",
+                rule="no-turns",
+            )
+
+    # ==== Rendering ====
+
+    def render_blocks(
+        self, conversation: Conversation, *, add_generation_prompt: bool = True
+    ) -> list[Block]:
+        thinking = self.for_reply_to(conversation).thinking
+        msgs = conversation.messages
+        b = BlockBuilder(inline_controls=_NANO2_INLINE)
+        blocks: list[Block] = []
+        first_system = msgs[0].role == "system"
+        system = _unflagged(msgs[0].text) if first_system else ""
+        b.control(SYSTEM)
+        b.text("System\n" + system)
+        if conversation.tools:
+            b.text(
+                ("\n\n" if system else "") + "You can use the following tools to assist the "
+                "user if required:\n"
+            )
+            b.control(AVAILABLE_TOOLS, required=False)
+            defs = (t.definition.get("function", t.definition) for t in conversation.tools)
+            b.text("[" + ", ".join(json_text(d) for d in defs) + "]")
+            b.control(AVAILABLE_TOOLS_END, required=False)
+            b.tagged(_NANO2_TOOLS_TAIL)
+        b.text("\n\n")
+        blocks.append(b.block((0,) if first_system else ()))
+        start = 1 if first_system else 0
+        n = len(msgs)
+        last = msgs[-1] if n > start and msgs[-1].role == "assistant" else None
+        end = n - 1 if last is not None else n
+        i = start
+        while i < end:
+            m = msgs[i]
+            if m.role in ("tool", "observation"):
+                j = i
+                b.control(TURN)
+                b.text("User\n")
+                b.control(TOOL_RESULTS, required=False)
+                b.text("[")
+                while j < end and msgs[j].role in ("tool", "observation"):
+                    b.text((", " if j > i else "") + msgs[j].text)
+                    j += 1
+                b.text("]")
+                b.control(TOOL_RESULTS_END, required=False)
+                blocks.append(b.block(range(i, j)))
+                i = j
+                continue
+            b.control(TURN)
+            if m.role == "assistant":
+                self._render_assistant(b, m)
+            else:
+                b.text("User\n" + _unflagged(m.text) + "\n")
+            blocks.append(b.block((i,)))
+            i += 1
+        if last is not None:
+            self._render_last(b, last, thinking, add_generation_prompt)
+            blocks.append(b.block((n - 1,)))
+        elif add_generation_prompt:
+            b.control(TURN)
+            b.text("Assistant\n")
+            b.tagged(THINK + "\n" if thinking else _EMPTY_THOUGHT)
+            blocks.append(b.block())
+        return blocks
+
+    def _render_assistant(self, b: BlockBuilder, m: Message) -> None:
+        content = m.content or ""
+        if THINK_END in content:
+            content = content.split(THINK_END)[1]  # the template keeps the second piece only
+        content = content.strip()
+        b.text("Assistant\n" + content)
+        if m.tool_calls:
+            b.text("\n" if content else "")
+            self._render_calls(b, m)
+        b.text("\n")
+        b.control(TURN_END)
+        b.text("\n")
+
+    def _render_calls(self, b: BlockBuilder, m: Message) -> None:
+        b.control(TOOLCALL, required=False)
+        objects = [
+            c.raw if c.raw is not None
+            else f'{{"name": "{c.name}", "arguments": {arguments_json(c.arguments)}}}'
+            for c in m.tool_calls or ()
+        ]  # fmt: skip
+        b.text("[" + ", ".join(objects) + "]")
+        b.control(TOOLCALL_END, required=False)
+
+    def _render_last(
+        self, b: BlockBuilder, m: Message, thinking: bool, add_generation_prompt: bool
+    ) -> None:
+        """A final assistant message, as the template writes it: continued after the
+        generation prompt, or (without one) its text as a thinking turn, then its calls as a
+        turn of their own."""
+        content = (m.content or "").strip()
+        if add_generation_prompt and m.tool_calls:
+            raise ValidationError(
+                f"the {self.name} template drops the calls of a final assistant message that "
+                "the generation prompt continues; render it without the generation prompt, or "
+                "add the tool results",
+                rule="final-calls",
+            )
+        if add_generation_prompt or content:
+            b.control(TURN)
+            b.text("Assistant\n")
+            b.tagged(THINK + "\n" if thinking else _EMPTY_THOUGHT)
+            b.text(content)
+            if not add_generation_prompt:
+                b.text("\n")
+                b.control(TURN_END)
+                b.text("\n")
+        if m.tool_calls:
+            b.control(TURN)
+            b.text("Assistant\n")
+            self._render_calls(b, m)
+            b.control(TURN_END)
+            b.text("\n\n")
+
+    # ==== Parsing and grammars ====
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
+        """Reasoning in ``<think>`` (the prompt opened it when thinking is on), then text and a
+        ``<TOOLCALL>`` JSON list of calls."""
+        calls = ToolCallsParser(
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            calls_control=TOOLCALL,
+            close_control=TOOLCALL_END,
+        )
+        return ThinkParser(
+            calls,
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            open_tag=THINK,
+            close_tag=THINK_END,
+            started=self.thinking,
+        )
+
+    def call_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+    ) -> Grammar:
+        """``<TOOLCALL>[{"name": …, "arguments": {…}}, …]</TOOLCALL>`` (lazy: from
+        ``<TOOLCALL>`` on); after the thought when the model thinks first."""
+        c = CallRules(tools)
+        ws = c.ws
+        calls = c.many(c.call_object(undeclared=not required), single=single, sep='","')
+        body = f'{literal(TOOLCALL)} {ws} "[" {ws} {calls} {ws} "]" {ws} {literal(TOOLCALL_END)}'
+        triggers = () if required else (Trigger("word", TOOLCALL),)
+        grammar = c.grammar(body, triggers=triggers, preserved=(TOOLCALL, TOOLCALL_END))
+        if not self.thinking:
+            return grammar
+        return thought_first(grammar, THINK, THINK_END, opened=True)
+
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """``<TOOLCALL>[`` and the call's opening up to its arguments when it is named; nothing
+        when the prompt opened a thought (the call comes after it, which the grammar says)."""
+        if self.thinking:
+            return ()
+        head = "[" if name is None else '[{"name": ' + json.dumps(name) + ', "arguments": '
+        return (Control(TOOLCALL, False), Text(head))
+
+
+__all__ = ["Nemotron3", "NemotronNano2", "nemotron_tool", "thinking_flag"]

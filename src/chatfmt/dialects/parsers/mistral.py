@@ -62,7 +62,8 @@ class _Streams:
 
 
 class ToolCallsParser(_Streams, StreamParser):
-    """One assistant turn: text, then ``calls_control`` and a JSON array of call objects.
+    """One assistant turn: text, then ``calls_control`` and a JSON array of call objects (and
+    ``close_control`` after the array, where the format closes it with a tag).
 
     Output that does not parse degrades to text with a warning; a call already started when its
     JSON breaks ends incomplete, and what follows it is ignored. Every decision
@@ -75,9 +76,12 @@ class ToolCallsParser(_Streams, StreamParser):
         id_factory: Callable[[], str] | None = None,
         stop_controls: Sequence[str] = (),
         calls_control: str = "[TOOL_CALLS]",
+        close_control: str | None = None,
     ) -> None:
         super().__init__(id_factory=id_factory, stop_controls=stop_controls)
         self._control = calls_control
+        # A tag that ends the list (Nemotron Nano v2's "</TOOLCALL>"): consumed after it.
+        self._close = close_control
         self._mode = _TEXT
         self._single = False  # a bare object after the control, not a list
         self._raw: list[str] = []  # text since the control or the last call, kept for degrading
@@ -94,6 +98,8 @@ class ToolCallsParser(_Streams, StreamParser):
         if token == self._control and self._mode in (_TEXT, _AFTER, _SKIP):
             self._mode, self._raw, self._in_list, self._single = _OPEN, [token], 0, False
             return []
+        if token == self._close and self._mode == _AFTER:
+            return []  # whitespace after it is dropped as after the list
         return self.on_text(token)
 
     def on_text(self, text: str) -> list[Event]:
