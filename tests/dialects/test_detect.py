@@ -64,22 +64,23 @@ EXPECTED: dict[str, str | None] = {
     "LFM2-8B-A1B.jinja": None,  # <|tool_list_start|>
     "LFM2.5-8B-A1B.jinja": None,
     "LFM2.5-Instruct.jinja": None,  # a tool list of its own, reasoning stripped
-    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": None,  # Qwen3-Coder-like calls, reasoning
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": "nemotron3",
     "StepFun3.5-Flash.jinja": None,  # Qwen3.5-like, no vision tokens of Qwen's
     "stepfun-ai-Step-3.5-Flash.jinja": None,
     "openbmb-MiniCPM5-1B.jinja": None,  # <function name=…> calls, <tool_sep>
     "Reka-Edge.jinja": None,
     # Formats of families chatfmt has no dialect for.
-    "mistralai-Ministral-3-14B-Reasoning-2512.jinja": None,  # [THINK], beyond v11
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja": "magistral",
     "fireworks-ai-llama-3-firefunction-v2.jinja": None,  # Llama 3 turns, functools[…] calls
     "meetkai-functionary-medium-v3.1.jinja": None,  # Llama 3 turns, <function=…> calls
     "meetkai-functionary-medium-v3.2.jinja": None,
-    "google-gemma-4-31B-it.jinja": None,
-    "google-gemma-4-31B-it-interleaved.jinja": None,
-    "MiniMax-M2.jinja": None,
+    "google-gemma-4-31B-it.jinja": "gemma4",
+    # An earlier revision of Gemma 4's template (docs/formats/gemma4.md): the same format.
+    "google-gemma-4-31B-it-interleaved.jinja": "gemma4",
+    "MiniMax-M2.jinja": "minimax-m2",
     "ibm-granite-granite-3.3-2B-Instruct.jinja": None,
-    "ibm-granite-granite-4.0.jinja": None,
-    "ibm-granite-granite-4.1.jinja": None,
+    "ibm-granite-granite-4.0.jinja": "granite4",
+    "ibm-granite-granite-4.1.jinja": "granite4.1",
     "Cohere2MoE.jinja": None,
     "CohereForAI-c4ai-command-r-plus-tool_use.jinja": None,
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": None,
@@ -90,7 +91,7 @@ EXPECTED: dict[str, str | None] = {
     "ByteDance-Seed-OSS.jinja": None,
     "GigaChat3-10B-A1.8B.jinja": None,
     "GigaChat3.1-10B-A1.8B.jinja": None,
-    "NVIDIA-Nemotron-Nano-v2.jinja": None,
+    "NVIDIA-Nemotron-Nano-v2.jinja": "nemotron-nano2",
     "llama-cpp-rwkv-world.jinja": None,
     "upstage-Solar-Open-100B.jinja": None,
 }

@@ -159,6 +159,50 @@ _FINGERPRINTS: tuple[_Fingerprint, ...] = (
         requires=("<|start|>", "<|channel|>", "<|message|>"),
     ),
     _Fingerprint(
+        "minimax-m2",
+        "MiniMax-M2 (]~!b[ … ]~b] turns, <minimax:tool_call> XML calls, interleaved <think>)",
+        requires=("]~!b[", "]~b]", "<minimax:tool_call>"),
+    ),
+    _Fingerprint(
+        "gemma4",
+        "Gemma 4 (<|turn>role … <turn|>, <|tool_call>call:NAME{…} calls with <|\"|> strings, "
+        "a <|channel>thought channel)",
+        requires=("<|turn>", "<turn|>", '<|"|>'),
+    ),
+    _Fingerprint(
+        "nemotron-nano2",
+        "Nemotron Nano v2 (<SPECIAL_10>System, <SPECIAL_11>User/Assistant turns, "
+        "<TOOLCALL>[…] calls, /think and /no_think switches)",
+        requires=("<SPECIAL_10>", "<SPECIAL_11>", "<TOOLCALL>"),
+    ),
+    _Fingerprint(
+        "nemotron3",
+        "Nemotron 3 Nano (ChatML, <function=…> calls, XML tool descriptions with extra schema "
+        "keys, truncate_history_thinking)",
+        requires=("<|im_start|>", "<function=", "truncate_history_thinking", "render_extra_keys"),
+    ),
+    _Fingerprint(
+        "granite4",
+        "Granite 4.0 (<|start_of_role|>role<|end_of_role|> … <|end_of_text|>, Hermes "
+        "<tool_call> calls, a default system prompt when there is none)",
+        requires=("<|start_of_role|>", "<|end_of_role|>", "tools_system_message_prefix"),
+        any_of=("g4_default_system_message",),
+        excludes=("<|tool_call|>",),
+    ),
+    _Fingerprint(
+        "granite4.1",
+        "Granite 4.1 (<|start_of_role|>role<|end_of_role|> … <|end_of_text|>, Hermes "
+        "<tool_call> calls, no default system prompt)",
+        requires=("<|start_of_role|>", "<|end_of_role|>", "tools_system_message_prefix"),
+        excludes=("<|tool_call|>", "g4_default_system_message"),
+    ),
+    _Fingerprint(
+        "magistral",
+        "Magistral / Ministral 3 reasoning ([SYSTEM_PROMPT], [INST], [THINK]…[/THINK] thoughts, "
+        "[TOOL_CALLS]name[ARGS]… calls)",
+        requires=("[INST]", "[SYSTEM_PROMPT]", "[THINK]"),
+    ),
+    _Fingerprint(
         "deepseek-v4",
         "DeepSeek V4 (DSML tool calls, <tool_result> results)",
         requires=(*_DEEPSEEK, "｜DSML｜", "<tool_result>"),
