@@ -342,10 +342,80 @@ def main() -> None:
             f"| {t_ref / t_ours:.1f}× | {t_stream * 1e6:.2f} µs | {whole} |"
         )
         print(rows[-1], flush=True)
+    rows += text_only_rows(conv, args.repeat)
     if args.write:
         write_section(
             "Dialects against their references", "\n".join(rows), "bench/bench_dialects.py --write"
         )
+
+
+#: Dialects whose vocabulary is not available offline: checked (and timed) as text against
+#: their published template; the parser is timed on the reply as text, one chunk per word.
+TEXT_ONLY = (
+    ("glm4.6", "GLM-4.6.jinja", {}),
+    ("glm4.7", "GLM-4.7-Flash.jinja", {}),
+    ("kimi-k2", "Kimi-K2-Instruct.jinja", {}),
+    ("kimi-k2-thinking", "Kimi-K2-Thinking.jinja", {}),
+    ("minimax-m2", "MiniMax-M2.jinja", {}),
+    ("gemma4", "google-gemma-4-31B-it.jinja", {"bos_token": "<bos>"}),
+    ("granite4", "ibm-granite-granite-4.0.jinja", {}),
+    ("granite4.1", "ibm-granite-granite-4.1.jinja", {}),
+    ("nemotron3", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", {}),
+    ("nemotron-nano2", "NVIDIA-Nemotron-Nano-v2.jinja", {}),
+    (
+        "deepseek-v3.2",
+        "deepseek-ai-DeepSeek-V3.2.jinja",
+        {"bos_token": "<｜begin▁of▁sentence｜>"},
+    ),
+    ("deepseek-v4", "deepseek-ai-DeepSeek-V4.jinja", {"bos_token": "<｜begin▁of▁sentence｜>"}),
+)
+
+
+def text_only_rows(conv: Conversation, repeat: int) -> list[str]:
+    """chatfmt's render to text against the template's, on the same conversation (checked
+    equal first), and the stream parser per chunk on a reply that thinks, then answers."""
+    rows = [
+        "",
+        "Dialects without an offline vocabulary, as text: chatfmt's `render_text` against the "
+        "published template rendered as transformers renders it (the same text, checked first); "
+        "stream parse: a reply of about 2,000 words fed one word at a time.",
+        "",
+        "| dialect | chatfmt render→text | template render→text | ratio "
+        "| chatfmt stream parse / chunk |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    msgs = _messages(conv)
+    words = (SENTENCE * 200).split(" ")
+    for name, template, kwargs in TEXT_ONLY:
+        try:
+            tpl = _template(template)
+        except ImportError as exc:
+            print(f"{name}: skipped ({exc})")
+            continue
+        dialect = chatfmt.get_dialect(name)
+
+        def reference(t: Any = tpl, kw: dict[str, Any] = kwargs) -> str:
+            return str(t.render(messages=msgs, add_generation_prompt=True, **kw))
+
+        ours = dialect.render_text(conv)
+        assert ours == reference(), f"{name}: chatfmt and the template disagree on the text"
+        t_ours = timeit(lambda d=dialect: d.render_text(conv), repeat)
+        t_ref = timeit(reference, repeat)
+        chunks = [w + " " for w in words[:2000]]
+
+        def stream(d: Any = dialect, parts: list[str] = chunks) -> None:
+            turn = chatfmt.TurnDecoder(d)
+            for part in parts:
+                turn.feed_text(part)
+            turn.finish()
+
+        t_stream = timeit(stream, max(3, repeat // 2)) / len(chunks)
+        rows.append(
+            f"| {name} | {t_ours * 1e3:.2f} ms | {t_ref * 1e3:.2f} ms | {t_ref / t_ours:.1f}× "
+            f"| {t_stream * 1e6:.2f} µs |"
+        )
+        print(rows[-1], flush=True)
+    return rows
 
 
 TEMPLATED = (
