@@ -116,6 +116,12 @@ def _kimi_k2_thinking() -> Dialect:
     return KimiK2Thinking()
 
 
+def _llama4() -> Dialect:
+    from .llama4 import Llama4
+
+    return Llama4()
+
+
 def _llama3() -> Dialect:
     from .llama3 import Llama3
 
@@ -211,6 +217,7 @@ DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
     "mistral-v11": _mistral_v11,
     "magistral": _magistral,
     "llama3": _llama3,
+    "llama4": _llama4,
     "gemma3": _gemma3,
     "gemma4": _gemma4,
     "glm4": _glm4,

@@ -70,6 +70,12 @@ def _deepseek_v4() -> Tokenizer:
     return deepseek_v4()
 
 
+def _llama4() -> Tokenizer:
+    from .tiktoken import llama4
+
+    return llama4()
+
+
 TOKENIZER_CONSTRUCTORS: dict[str, Callable[[], Tokenizer]] = {
     "cl100k_base": _cl100k,
     "o200k_base": _o200k,
@@ -79,6 +85,7 @@ TOKENIZER_CONSTRUCTORS: dict[str, Callable[[], Tokenizer]] = {
     "qwen3.5": _qwen35,
     "deepseek-v3": _deepseek_v3,
     "deepseek-v4": _deepseek_v4,
+    "llama4": _llama4,
 }
 
 

@@ -286,6 +286,8 @@ def from_rank_file(path: Path) -> TiktokenTokenizer:
         raise TokenizerError(f"cannot read tiktoken rank file {str(path)!r}: {exc}") from None
     if len(ranks) == LLAMA3_FIRST_SPECIAL_ID:
         return _llama3_tokenizer(ranks)
+    if len(ranks) == LLAMA4_FIRST_SPECIAL_ID:
+        return _llama4_tokenizer(ranks)
     return from_tiktoken_file(path)
 
 
@@ -398,6 +400,86 @@ def llama3() -> Llama3Tokenizer:
     path = resources.files("llama_models") / "llama3" / "tokenizer.model"
     with resources.as_file(path) as file:
         return llama3_from_file(Path(file))
+
+
+# ==== Llama 4 ====
+
+#: Llama 4's pre-tokenizer pattern (o200k's, as Meta's encoder writes it).
+LLAMA4_PAT_STR = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA4_FIRST_SPECIAL_ID = 200_000
+LLAMA4_NUM_SPECIALS = 2048
+
+
+def llama4_controls() -> dict[str, int]:
+    """The 2,048 Llama 4 special tokens by id from 200000, in the order of Meta's encoder: the
+    basic five, the post-training ones, vision, reasoning, then ``<|reserved_special_token_N|>``."""
+    post_train = [
+        "<|header_start|>", "<|header_end|>", "<|eom|>", "<|eot|>", "<|step|>",
+        *(f"<|text_post_train_reserved_special_token_{i}|>" for i in range(6)),
+        "<|python_start|>", "<|python_end|>", "<|finetune_right_pad|>",
+        *(f"<|text_post_train_reserved_special_token_{i}|>" for i in range(8, 69)),
+    ]  # fmt: skip
+    vision = [
+        "<|image_start|>", "<|image_end|>", "<|vision_reserved_special_token_0|>",
+        "<|vision_reserved_special_token_1|>", "<|tile_x_separator|>", "<|tile_y_separator|>",
+        *(f"<|vision_reserved_special_token_{i}|>" for i in range(2, 6)),
+        "<|image|>", "<|vision_reserved_special_token_6|>", "<|patch|>",
+        *(f"<|vision_reserved_special_token_{i}|>" for i in range(7, 1048)),
+    ]  # fmt: skip
+    reasoning = [
+        *(f"<|reasoning_reserved_special_token_{i}|>" for i in range(8)),
+        "<|reasoning_thinking_start|>", "<|reasoning_thinking_end|>",
+    ]  # fmt: skip
+    basic = ["<|begin_of_text|>", "<|end_of_text|>", "<|fim_prefix|>", "<|fim_middle|>",
+             "<|fim_suffix|>"]  # fmt: skip
+    names = [*basic, *post_train, *vision, *reasoning]
+    names += [f"<|reserved_special_token_{i}|>" for i in range(LLAMA4_NUM_SPECIALS - len(names))]
+    return {t: LLAMA4_FIRST_SPECIAL_ID + i for i, t in enumerate(names)}
+
+
+def llama4_from_file(path: Path) -> Llama3Tokenizer:
+    """Llama 4's ``tokenizer.model`` (a tiktoken rank file of 200,000 ranks). Meta's encoder
+    cuts long runs as Llama 3's does, so the same class encodes it."""
+    try:
+        ranks = _parse_ranks(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise TokenizerError(f"cannot read Llama 4 tokenizer {str(path)!r}: {exc}") from None
+    if len(ranks) != LLAMA4_FIRST_SPECIAL_ID:
+        raise TokenizerError(
+            f"{str(path)!r} has {len(ranks)} ranks, but Llama 4's tokenizer.model has "
+            f"{LLAMA4_FIRST_SPECIAL_ID}; point at the model's own tokenizer.json or GGUF instead"
+        )
+    return _llama4_tokenizer(ranks)
+
+
+def _llama4_tokenizer(ranks: dict[bytes, int]) -> Llama3Tokenizer:
+    return Llama3Tokenizer(
+        "llama4",
+        pat_str=LLAMA4_PAT_STR,
+        mergeable_ranks=ranks,
+        controls=llama4_controls(),
+        vocab_size=LLAMA4_FIRST_SPECIAL_ID + LLAMA4_NUM_SPECIALS,
+    )
+
+
+def llama4() -> Llama3Tokenizer:
+    """Llama 4's vocabulary from an installed ``llama-models`` (not a chatfmt dependency)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_models") is None:
+        raise TokenizerError(
+            "the 'llama4' tokenizer reads tokenizer.model from Meta's llama-models package: "
+            "`pip install llama-models`, or pass --tokenizer the model's tokenizer.json or GGUF"
+        )
+    path = resources.files("llama_models") / "llama4" / "tokenizer.model"
+    with resources.as_file(path) as file:
+        return llama4_from_file(Path(file))
 
 
 # ==== o200k_harmony (gpt-oss) ====
