@@ -13,6 +13,8 @@ per API key across requests and restarts.
 - the PostgreSQL backend, :class:`PostgresStore` (:mod:`.postgres`, the ``postgres`` extra),
   which replicas share, made of :mod:`.pg_schema` (tables, version, migrations),
   :mod:`.pg_rows` (responses and web conversations) and :mod:`.pg_policy` (the limits);
+- :mod:`.listing`: every owner's rows a page at a time, for ``chatfmt dataset export`` (with
+  each backend's ``exchanges``: a chain's responses and the exact ids of each);
 - :mod:`.location`: which backend a ``--store`` names (a path, or a ``postgresql://`` URL),
   and the URL shown without its password.
 
@@ -29,12 +31,22 @@ from ..errors import BrokenChain, StoreError, StoreFull, StoreUnavailable
 from . import admin, postgres
 from .aio import AsyncStore
 from .connection import SCHEMA_VERSION
+from .listing import ExportKind
 from .location import is_postgres, redact
 from .pg_schema import PG_SCHEMA_VERSION
 from .postgres import PostgresStore
-from .protocol import AdminStorage, ConversationStorage, ResponseStorage, Storage
+from .protocol import AdminStorage, ConversationStorage, ExportStorage, ResponseStorage, Storage
 from .sqlite import ResponseStore
-from .types import MAX_CHAIN, Chain, ExactIds, StoredResponse, owner_of, view_of
+from .types import (
+    MAX_CHAIN,
+    Chain,
+    ExactIds,
+    StoredExchange,
+    StoredRef,
+    StoredResponse,
+    owner_of,
+    view_of,
+)
 
 __all__ = [
     "MAX_CHAIN",
@@ -46,6 +58,8 @@ __all__ = [
     "Chain",
     "ConversationStorage",
     "ExactIds",
+    "ExportKind",
+    "ExportStorage",
     "PostgresStore",
     "ResponseStorage",
     "ResponseStore",
@@ -53,6 +67,8 @@ __all__ = [
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
+    "StoredExchange",
+    "StoredRef",
     "StoredResponse",
     "is_postgres",
     "open_store",

@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BrokenChain
 from .pg_schema import CONVERSATION_BYTES, RESPONSE_BYTES, SCHEMA
-from .types import MAX_CHAIN, Chain, ExactIds, StoredResponse, join_ids, pack_ids
+from .types import (
+    MAX_CHAIN,
+    Chain,
+    ExactIds,
+    StoredExchange,
+    StoredResponse,
+    join_ids,
+    pack_ids,
+    unpack_ids,
+)
 
 if TYPE_CHECKING:
     from .pg_schema import Conn
@@ -160,6 +169,39 @@ def chain(conn: Conn, owner: str, response_id: str) -> Chain | None:
     if ids is None or view is None or not 0 <= reply <= len(ids):
         return Chain(messages)
     return Chain(messages, ids, view, reply)
+
+
+def exchanges(conn: Conn, owner: str, response_id: str) -> list[StoredExchange] | None:
+    """The responses of the conversation up to and including ``response_id``, oldest first,
+    each with its exact ids as stored (``None``: no such response of this owner), read in one
+    recursive statement as :func:`chain` is; :class:`~chatfmt.errors.BrokenChain` when an
+    earlier response of it is gone."""
+    rows = conn.execute(
+        f"WITH RECURSIVE up AS ("
+        f" SELECT id, previous_id, created_at, messages, view, ids_base, ids, reply, 1 AS depth"
+        f" FROM {SCHEMA}.responses WHERE id = %s AND owner = %s"
+        f" UNION ALL SELECT r.id, r.previous_id, r.created_at, r.messages, r.view, r.ids_base,"
+        f" r.ids, r.reply, up.depth + 1 FROM {SCHEMA}.responses r"
+        " JOIN up ON r.id = up.previous_id WHERE r.owner = %s AND up.depth < %s) "
+        "SELECT id, previous_id, created_at, messages, view, ids_base, ids, reply FROM up "
+        "ORDER BY depth DESC",
+        (response_id, owner, owner, MAX_CHAIN),
+    ).fetchall()
+    if not rows:
+        return None
+    missing = rows[0][1]
+    if missing is not None and len(rows) < MAX_CHAIN:
+        raise BrokenChain(
+            f"response {missing!r}, an earlier part of this conversation, is gone "
+            "(deleted or past its age); start a new conversation"
+        )
+    found: list[StoredExchange] = []
+    for rid, _previous, created, added, view, base, tail, reply in rows:
+        exact = None
+        if view is not None and base is not None and tail is not None and reply is not None:
+            exact = ExactIds(view, base, unpack_ids(bytes(tail)), reply)
+        found.append(StoredExchange(rid, float(created), json.loads(added), exact))
+    return found
 
 
 # ==== The web chat's conversations ====

@@ -45,8 +45,9 @@ from urllib.parse import unquote, urlsplit
 
 from .._imports import require
 from ..errors import StoreError, StoreUnavailable
-from . import pg_policy, pg_rows
+from . import listing, pg_policy, pg_rows
 from .aio import READERS, WRITERS
+from .listing import ExportKind
 from .location import HIDDEN, redact
 from .pg_schema import (
     OWNER_SEED,
@@ -58,7 +59,7 @@ from .pg_schema import (
     read_version,
 )
 from .policy import PRUNE_EVERY, Limits
-from .types import Chain, ExactIds, StoredResponse
+from .types import Chain, ExactIds, StoredExchange, StoredRef, StoredResponse
 
 if TYPE_CHECKING:
     from .pg_schema import Conn
@@ -262,6 +263,37 @@ class PostgresStore:
 
     def delete(self, owner: str, response_id: str) -> bool:
         return self._write(lambda conn, _: pg_rows.delete(conn, owner, response_id), owner=owner)
+
+    # ==== Export (chatfmt dataset export) ====
+
+    def export_refs(
+        self,
+        kind: ExportKind,
+        *,
+        after: StoredRef | None = None,
+        limit: int = 500,
+        owner: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        last_only: bool = False,
+    ) -> list[StoredRef]:
+        """A page of every owner's responses or web conversations (see
+        :func:`.listing.refs_query`)."""
+        sql, args = listing.refs_query(
+            kind,
+            after=after,
+            limit=limit,
+            owner=owner,
+            since=since,
+            until=until,
+            last_only=last_only,
+            param="%s",
+            schema=f"{SCHEMA}.",
+        )
+        return self._read(lambda conn: listing.refs(conn.execute(sql, args).fetchall()))
+
+    def exchanges(self, owner: str, response_id: str) -> list[StoredExchange] | None:
+        return self._read(lambda conn: pg_rows.exchanges(conn, owner, response_id))
 
     # ==== The web chat's conversations ====
 

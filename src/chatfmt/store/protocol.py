@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .types import Chain, ExactIds, StoredResponse
+from .listing import ExportKind
+from .types import Chain, ExactIds, StoredExchange, StoredRef, StoredResponse
 
 
 class ResponseStorage(Protocol):
@@ -73,6 +74,34 @@ class ConversationStorage(Protocol):
         ...
 
 
+class ExportStorage(Protocol):
+    """What ``chatfmt dataset export`` reads: every owner's rows a page at a time, and each
+    chain's exchanges with the exact ids each one kept (:meth:`ResponseStorage.chain` gives
+    only the joined ids of the whole chain, not where each reply lies in them)."""
+
+    def export_refs(
+        self,
+        kind: ExportKind,
+        *,
+        after: StoredRef | None = None,
+        limit: int = 500,
+        owner: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        last_only: bool = False,
+    ) -> list[StoredRef]:
+        """Up to ``limit`` responses or web conversations after ``after``, in (time, owner,
+        id) order: of ``owner`` (``None``: all), with ``since <= time < until`` (seconds since
+        the epoch); ``last_only``: only the responses no other continues."""
+        ...
+
+    def exchanges(self, owner: str, response_id: str) -> list[StoredExchange] | None:
+        """The responses of the conversation up to and including ``response_id``, oldest
+        first (``None``: no such response of this owner);
+        :class:`~chatfmt.errors.BrokenChain` when an earlier part is gone."""
+        ...
+
+
 class AdminStorage(Protocol):
     """What an operator does with a store (``chatfmt store``)."""
 
@@ -92,5 +121,5 @@ class AdminStorage(Protocol):
     def close(self) -> None: ...
 
 
-class Storage(ResponseStorage, ConversationStorage, AdminStorage, Protocol):
-    """A whole store: responses, web conversations, and its administration."""
+class Storage(ResponseStorage, ConversationStorage, ExportStorage, AdminStorage, Protocol):
+    """A whole store: responses, web conversations, their export, and its administration."""

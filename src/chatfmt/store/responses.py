@@ -26,7 +26,16 @@ from typing import Any
 
 from ..errors import BrokenChain
 from .connection import RESPONSE_BYTES
-from .types import MAX_CHAIN, Chain, ExactIds, StoredResponse, join_ids, pack_ids
+from .types import (
+    MAX_CHAIN,
+    Chain,
+    ExactIds,
+    StoredExchange,
+    StoredResponse,
+    join_ids,
+    pack_ids,
+    unpack_ids,
+)
 
 #: What a response row holds, in bytes (SQL over the row's columns).
 ROW_BYTES = RESPONSE_BYTES.format(row="")
@@ -168,3 +177,33 @@ def chain(db: sqlite3.Connection, owner: str, response_id: str) -> Chain | None:
         return Chain(messages)
     return Chain(messages, ids, view, reply)
 
+
+def exchanges(db: sqlite3.Connection, owner: str, response_id: str) -> list[StoredExchange] | None:
+    """The responses of the conversation up to and including ``response_id``, oldest first,
+    each with its exact ids as stored (``None``: no such response of this owner);
+    :class:`~chatfmt.errors.BrokenChain` when an earlier response of it is gone."""
+    found: list[StoredExchange] = []
+    current: str | None = response_id
+    while current is not None and len(found) < MAX_CHAIN:
+        row = db.execute(
+            "SELECT previous_id, created_at, conversation, messages, view, ids_base, ids, reply "
+            "FROM responses WHERE id = ? AND owner = ?",
+            (current, owner),
+        ).fetchone()
+        if row is None:
+            if not found:
+                return None
+            raise BrokenChain(
+                f"response {current!r}, an earlier part of this conversation, is gone "
+                "(deleted or past its age); start a new conversation"
+            )
+        previous, created, whole, added, view, base, tail, reply = row
+        exact = None
+        if view is not None and base is not None and tail is not None and reply is not None:
+            exact = ExactIds(view, base, unpack_ids(tail), reply)
+        # A version-1 row holds its whole conversation (and no ids): it starts the chain.
+        messages = json.loads(whole if added is None else added)
+        found.append(StoredExchange(current, created, messages, exact))
+        current = None if added is None else previous
+    found.reverse()
+    return found

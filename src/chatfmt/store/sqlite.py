@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import admin, conversations, responses
+from . import admin, conversations, listing, responses
 from .connection import Database
+from .listing import ExportKind
 from .policy import Limits
-from .types import Chain, ExactIds, StoredResponse
+from .types import Chain, ExactIds, StoredExchange, StoredRef, StoredResponse
 
 
 class ResponseStore:
@@ -98,6 +99,40 @@ class ResponseStore:
     def delete(self, owner: str, response_id: str) -> bool:
         with self._database.transaction() as db:
             return responses.delete(db, owner, response_id)
+
+    # ==== Export (chatfmt dataset export) ====
+
+    def export_refs(
+        self,
+        kind: ExportKind,
+        *,
+        after: StoredRef | None = None,
+        limit: int = 500,
+        owner: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        last_only: bool = False,
+    ) -> list[StoredRef]:
+        """A page of every owner's responses or web conversations (see
+        :func:`.listing.refs_query`)."""
+        sql, args = listing.refs_query(
+            kind,
+            after=after,
+            limit=limit,
+            owner=owner,
+            since=since,
+            until=until,
+            last_only=last_only,
+        )
+        with self._database.reading() as db:
+            return listing.refs(db.execute(sql, args).fetchall())
+
+    def exchanges(self, owner: str, response_id: str) -> list[StoredExchange] | None:
+        """The responses of the conversation up to ``response_id``, oldest first, each with
+        its exact ids (``None``: no such response of this owner);
+        :class:`~chatfmt.errors.BrokenChain` when an earlier one is gone."""
+        with self._database.reading() as db:
+            return responses.exchanges(db, owner, response_id)
 
     # ==== The web chat's conversations ====
 

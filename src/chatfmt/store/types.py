@@ -52,6 +52,28 @@ class Chain:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredExchange:
+    """One response of a chain as an export reads it back: its id and time, the chat messages
+    it added (a version-1 SQLite row: the whole conversation) and the exact ids of its exchange
+    (``None``: not kept)."""
+
+    id: str
+    created_at: float
+    messages: list[dict[str, Any]]
+    exact: ExactIds | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRef:
+    """A stored response or web conversation to export: its owner, id and time (a response's
+    creation, a conversation's last save)."""
+
+    owner: str
+    id: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class StoredResponse:
     """One stored response: its JSON and the input items its request gave."""
 
