@@ -1,4 +1,5 @@
-"""``chatfmt dataset build``: a chat data set as training rows, exact ids and loss masks.
+"""``chatfmt dataset``: training rows, exact ids and loss masks — ``build`` from a chat data
+set, ``export`` from the response store.
 
 Reads OpenAI chat JSONL, ShareGPT or Responses API item lists (one conversation per line),
 renders each with :class:`~chatfmt.training.TrainingRenderer` and writes Parquet or JSONL
@@ -6,6 +7,9 @@ renders each with :class:`~chatfmt.training.TrainingRenderer` and writes Parquet
 row group, not the data set. Ends with a report (rows, tokens, trained share, what was dropped
 and why) on standard error, and as JSON with ``--report FILE``; shows a progress bar on a
 terminal when rich (``chatfmt[cli]``) is installed.
+
+``export`` writes the store's served conversations with the ids the model was prompted with
+and produced (:mod:`chatfmt.training.export`), rendered only where no ids were kept.
 """
 
 from __future__ import annotations
@@ -13,16 +17,20 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import sys
 from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, Any
 
 from ..dialects import get_dialect
 from ..errors import ChatFmtError
+from ..store import is_postgres, open_store, owner_of, store_version
 from ..tokenizers import load_tokenizer
 from ..training import TrainingRenderer
 from ..training.build import TRUNCATIONS, Report, build
+from ..training.export import META_FIELDS, ExportReport, export
 from ..training.sinks import open_sink
 from ..training.sources import FORMATS, read_rows
 from .options import add_dialect, fail
@@ -74,9 +82,11 @@ def add_dataset_parser(sub: Any) -> None:
     b.add_argument("--report", metavar="FILE", help="also write the report as JSON to FILE")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(func=cmd_dataset)
+    add_export_parser(actions)
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
+    """``chatfmt dataset build``."""
     if args.max_length is not None and args.max_length <= 0:
         fail(f"--max-length must be positive, got {args.max_length}")
     if args.pack and args.max_length is None:
@@ -190,4 +200,136 @@ def _print_report(report: Report, output: Path) -> None:
         lines.append(f"assistant turns left untrained (--unstable skip): {r.turns_untrained}")
     for reason, count in r.dropped.most_common():
         lines.append(f"dropped ({reason}): {count}, first at {r.first_dropped[reason]}")
+    print("\n".join(lines), file=sys.stderr)
+
+
+# ==== chatfmt dataset export ====
+
+
+def add_export_parser(actions: Any) -> None:
+    e = actions.add_parser(
+        "export", help="the response store's conversations, as served, to Parquet or JSONL"
+    )
+    e.add_argument("--store", required=True, metavar="PATH_OR_URL",
+                   help="the store chatfmt serve keeps: a SQLite file's path or a "
+                   "postgresql:// URL")  # fmt: skip
+    e.add_argument("--output", "-o", required=True, metavar="OUT",
+                   help="OUT.parquet (needs chatfmt[dataset]) or OUT.jsonl")  # fmt: skip
+    e.add_argument("--owner", metavar="KEY_OR_HASH",
+                   help="one API key's conversations: the key, or its owner hash as the store "
+                   "keeps it (32 hex digits); '' for a server without keys "
+                   "(default: every key's)")  # fmt: skip
+    e.add_argument("--since", metavar="DATE",
+                   help="responses created from DATE on (ISO 8601: 2025-05-01 or "
+                   "2025-05-01T12:00; UTC unless it names a zone)")  # fmt: skip
+    e.add_argument("--until", metavar="DATE",
+                   help="responses created before DATE (a day alone: through its "
+                   "end)")  # fmt: skip
+    e.add_argument("--every-response", action="store_true",
+                   help="one row per stored response (its conversation up to it), not only "
+                   "each conversation's last")  # fmt: skip
+    e.add_argument("--include-web", action="store_true",
+                   help="also the web chat's conversations, which keep no ids: rendered "
+                   "(needs --dialect and --tokenizer)")  # fmt: skip
+    e.add_argument("--dialect", metavar="NAME",
+                   help="render the conversations that kept no exact ids with this dialect "
+                   "(flagged source=rendered; without it they are skipped and "
+                   "counted)")  # fmt: skip
+    e.add_argument("--tokenizer", metavar="T",
+                   help="the served model's tokenizer, with --dialect")  # fmt: skip
+    e.add_argument("--row-group-size", type=int, default=1000, metavar="N",
+                   help="Parquet rows per row group (memory holds one; default 1000)")  # fmt: skip
+    e.add_argument("--report", metavar="FILE", help="also write the report as JSON to FILE")
+    e.set_defaults(func=cmd_export)
+
+
+def owner_hash(value: str) -> str:
+    """The owner string of ``--owner``: a hash as the store keeps it is taken as it is, a key
+    is hashed; ``''``: the rows of a server without keys."""
+    if value == "" or re.fullmatch(r"[0-9a-f]{32}", value):
+        return value
+    return owner_of(value)
+
+
+def parse_date(value: str, option: str, *, end_of_day: bool = False) -> float:
+    """``value`` (ISO 8601) as seconds since the epoch, UTC unless it names a zone; a day alone
+    with ``end_of_day`` is the start of the next day (``--until`` includes the day)."""
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"{option} {value!r} is not a date; write it as 2025-05-01 or 2025-05-01T12:00")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    if end_of_day and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
+        when += timedelta(days=1)
+    return when.timestamp()
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``chatfmt dataset export``."""
+    if args.row_group_size <= 0:
+        fail(f"--row-group-size must be positive, got {args.row_group_size}")
+    if (args.dialect is None) != (args.tokenizer is None):
+        fail("--dialect and --tokenizer go together: the rows without exact ids are rendered "
+             "with both (give the served model's dialect and tokenizer)")  # fmt: skip
+    if args.include_web and args.dialect is None:
+        fail("--include-web needs --dialect and --tokenizer: web conversations keep no ids, "
+             "so they are exported rendered")  # fmt: skip
+    since = None if args.since is None else parse_date(args.since, "--since")
+    until = None if args.until is None else parse_date(args.until, "--until", end_of_day=True)
+    location: str = args.store
+    if not is_postgres(location) and not Path(location).is_file():
+        fail(f"no response store at {location}; give the SQLite file chatfmt serve keeps "
+             "(its --store) or a postgresql:// URL")  # fmt: skip
+    store_version(location)  # not a store: says so, before anything is written
+    renderer = None
+    if args.dialect is not None:
+        renderer = TrainingRenderer(
+            get_dialect(args.dialect), load_tokenizer(args.tokenizer), unstable="skip",
+            strict=False,
+        )  # fmt: skip
+    output = Path(args.output)
+    try:
+        sink = open_sink(output, packed=False, row_group_size=args.row_group_size,
+                         meta_fields=META_FIELDS)  # fmt: skip
+    except ValueError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")
+    # No age or size limit: an export reads, it never prunes what it came to read.
+    store = open_store(location, max_age_days=None, max_mb=None)
+    try:
+        with sink:
+            report = export(
+                store,
+                sink,
+                renderer=renderer,
+                owner=None if args.owner is None else owner_hash(args.owner),
+                since=since,
+                until=until,
+                last_only=not args.every_response,
+                include_web=args.include_web,
+            )
+    finally:
+        store.close()
+    _print_export_report(report, output)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report.as_dict(), indent=2) + "\n", "utf-8")
+    return 0
+
+
+def _print_export_report(report: ExportReport, output: Path) -> None:
+    r = report
+    lines = [
+        f"wrote {r.written} row(s) to {output} from {r.read} stored conversation(s): "
+        f"{r.exact} exact, {r.rendered} rendered",
+        f"tokens: {r.tokens}, trained: {r.trained_tokens} ({r.trained_share:.1%})",
+    ]
+    if r.replies_untrained:
+        lines.append(
+            f"replies inside a prompt rendered afresh (in the ids, without loss): "
+            f"{r.replies_untrained}"
+        )
+    for reason, count in r.skipped.most_common():
+        lines.append(f"skipped ({reason}): {count}, first {r.first_skipped[reason]}")
     print("\n".join(lines), file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -32,13 +33,18 @@ class OutRow:
     labels: list[int]
     seq_lengths: list[int] = field(default_factory=list)
     num_trained: int = 0
+    #: The columns that say where the row came from, in place of ``id`` and ``line`` (an
+    #: export's: response id, owner, time, source); the sink's ``meta_fields`` name them.
+    meta: dict[str, Any] | None = None
 
     def as_dict(self, *, packed: bool) -> dict[str, Any]:
-        row: dict[str, Any] = (
-            {"ids": self.ids, "lines": self.lines}
-            if packed
-            else {"id": self.ids[0], "line": self.lines[0]}
-        )
+        row: dict[str, Any]
+        if self.meta is not None:
+            row = dict(self.meta)
+        elif packed:
+            row = {"ids": self.ids, "lines": self.lines}
+        else:
+            row = {"id": self.ids[0], "line": self.lines[0]}
         row["input_ids"] = self.input_ids
         row["labels"] = self.labels
         row["attention_mask"] = [1] * len(self.input_ids)
@@ -101,16 +107,24 @@ class JsonlSink(Sink):
 class ParquetSink(Sink):
     """Parquet through pyarrow (``chatfmt[dataset]``), ``row_group_size`` rows at a time."""
 
-    def __init__(self, path: Path, *, packed: bool, row_group_size: int = 1000) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        packed: bool,
+        row_group_size: int = 1000,
+        meta_fields: Sequence[tuple[str, str]] | None = None,
+    ) -> None:
         pa = require("pyarrow", extra="dataset")
         pq = require("pyarrow.parquet", extra="dataset")
         super().__init__(path, packed=packed)
         ints = pa.list_(pa.int32())
-        fields = (
-            [("ids", pa.list_(pa.string())), ("lines", pa.list_(pa.int64()))]
-            if packed
-            else [("id", pa.string()), ("line", pa.int64())]
-        )
+        if meta_fields is not None:  # (name, pyarrow type's name: "string", "float64", …)
+            fields = [(name, getattr(pa, kind)()) for name, kind in meta_fields]
+        elif packed:
+            fields = [("ids", pa.list_(pa.string())), ("lines", pa.list_(pa.int64()))]
+        else:
+            fields = [("id", pa.string()), ("line", pa.int64())]
         fields += [("input_ids", ints), ("labels", ints), ("attention_mask", pa.list_(pa.int8()))]
         if packed:
             fields += [("position_ids", ints), ("seq_lengths", ints)]
@@ -140,11 +154,20 @@ class ParquetSink(Sink):
             self._writer.close()
 
 
-def open_sink(path: Path, *, packed: bool, row_group_size: int = 1000) -> Sink:
-    """A sink for ``path`` by its suffix: ``.parquet`` or ``.jsonl``; ``ValueError`` else."""
+def open_sink(
+    path: Path,
+    *,
+    packed: bool,
+    row_group_size: int = 1000,
+    meta_fields: Sequence[tuple[str, str]] | None = None,
+) -> Sink:
+    """A sink for ``path`` by its suffix: ``.parquet`` or ``.jsonl``; ``ValueError`` else.
+    ``meta_fields``: the leading columns, ``(name, pyarrow type)``, of rows with ``meta``."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        return ParquetSink(path, packed=packed, row_group_size=row_group_size)
+        return ParquetSink(
+            path, packed=packed, row_group_size=row_group_size, meta_fields=meta_fields
+        )
     if suffix in (".jsonl", ".json"):
         return JsonlSink(path, packed=packed)
     raise ValueError(f"cannot tell the output format of {path.name}: name it *.parquet or *.jsonl")
