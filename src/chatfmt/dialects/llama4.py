@@ -276,9 +276,6 @@ class Llama4(Dialect):
 
     # ==== Parsing ====
 
-    def stream_parser(
-        self, *, id_factory: Callable[[], str] | None = None
-    ) -> PythonicCallsParser:
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> PythonicCallsParser:
         """A fresh parser; ``id_factory`` makes tool call ids (deterministic ones in tests)."""
         return PythonicCallsParser(id_factory=id_factory, stop_controls=self.stop_controls)
-

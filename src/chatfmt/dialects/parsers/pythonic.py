@@ -58,7 +58,7 @@ class PythonicCallsParser(StreamParser):
         self._lists = 0  # lists closed so far
         self._events: list[Event] = []
         self._content: list[str] = []
-        self._calls = CallStream(self._new_id, self._events.append, self._warnings)
+        self._calls = CallStream(self._new_id, self._emit, self._warnings)
 
     # ==== Input ====
 
@@ -214,8 +214,7 @@ class PythonicCallsParser(StreamParser):
         if self._open:
             self._break(f"{reason}")
             return
-        if not self._lists:
-            self._warnings.append(f"{reason}; kept as text")
+        # Brackets in prose or a Markdown link: ordinary text, no warning.
         self._mode = _TEXT
         self._out("".join(self._held))
         self._held = []
@@ -234,6 +233,9 @@ class PythonicCallsParser(StreamParser):
             self._calls.cut(problem)
             self._calls.record(raw)
         self._open, self._held = [], []
+
+    def _emit(self, event: Event) -> None:
+        self._events.append(event)  # the list of the moment: on_text hands each one out
 
     def _out(self, text: str) -> None:
         if text:
