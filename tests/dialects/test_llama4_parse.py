@@ -161,3 +161,15 @@ def test_parsed_calls_render_back_as_written() -> None:
     history[1] = reply.messages[0].to_openai()
     text = DIALECT.render_text(history, add_generation_prompt=False)
     assert text.endswith('[get_user_info(user_id=7890, special="black")]<|eom|>')
+
+
+def test_forced_call_prefix_parses_as_a_call() -> None:
+    from chatfmt.segments import Text
+
+    turn = TurnDecoder(DIALECT)
+    prefix = DIALECT.forced_call_prefix("get_weather")
+    turn.prefill([s.text for s in prefix if isinstance(s, Text)])
+    turn.feed_text('city="Paris")]<|eom|>')
+    turn.finish()
+    calls = turn.result().tool_calls
+    assert [(c.name, c.arguments_dict()) for c in calls] == [("get_weather", {"city": "Paris"})]
