@@ -32,6 +32,7 @@ from ...grammar.schema import SchemaConverter
 from ...jsonscan import WS, CallScanner
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
+from .xmlcalls import MAX_NAME
 
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
@@ -113,8 +114,13 @@ class SpecialCallsParser(_Output, StreamParser):
         self._mode = _TEXT
         self._raw: list[str] = []  # the block's text since its last call, kept for degrading
         self._head: list[str] = []  # the type or name being read
+        self._head_len = 0  # its length: a head longer than any name is none
         self._named: tuple[str, str | None] = ("", None)  # the call's name and id, once read
-        self._pre = ""  # text before the arguments (R1's fence), undecided
+        # Text before the arguments (blank space, R1's fence), taken as it comes: only a fence
+        # still arriving is held, so a model stuck on spaces there costs linear time.
+        self._pre: list[str] = []
+        self._fence_part = ""  # the start of R1's fence line, undecided
+        self._fence_seen = False
         self._scan: CallScanner | None = None
         self._fed = 0
         self._in_block = 0  # calls that ended in this block
@@ -132,7 +138,7 @@ class SpecialCallsParser(_Output, StreamParser):
             self._mode, self._raw, self._in_block = _BLOCK, [token], 0
         elif token == self.call_begin and mode in (_BLOCK, _TAIL):
             self._raw.append(token)
-            self._head = []
+            self._head, self._head_len = [], 0
             self._mode = _TYPE if self._fenced else _NAME_M
         elif (
             token == self.sep
@@ -141,7 +147,8 @@ class SpecialCallsParser(_Output, StreamParser):
         ):
             self._raw.append(token)
             if self._fenced:
-                self._mode, self._head = _NAME_M, []  # the type ("function") is not kept
+                # The type ("function") is not kept.
+                self._mode, self._head, self._head_len = _NAME_M, [], 0
             else:
                 self._name_done()
         elif token == self.call_end and mode == _TAIL:
@@ -203,20 +210,31 @@ class SpecialCallsParser(_Output, StreamParser):
             self._warnings.append("text after a tool call's arguments was ignored")
 
     def _on_head(self, text: str) -> None:
-        if self._mode == _TYPE:
-            self._raw.append(text)
-            self._head.append(text)
-            return
-        if self._fenced and "\n" in text:  # R1: the name ends at the newline
+        if self._mode == _NAME_M and self._fenced and "\n" in text:  # R1: ends at the newline
             at = text.index("\n")
-            self._raw.append(text[: at + 1])
-            self._head.append(text[:at])
+            if not self._add_head(text[:at]):
+                self._out(text[at:])  # the head is text: so is what follows it
+                return
+            self._raw.append("\n")
             self._name_done()
             if self._mode == _PRE:
                 self._on_pre(text[at + 1 :])
+            else:
+                self._out(text[at + 1 :])
             return
+        self._add_head(text)  # checked when whole (a partial check would depend on chunks)
+
+    def _add_head(self, text: str) -> bool:
+        """More of the head; ``False`` (and the call degraded to text) once it is longer than
+        a head can be, so a name that never ends is neither held nor re-read without bound."""
         self._raw.append(text)
-        self._head.append(text)  # checked when whole (a partial check would depend on chunks)
+        self._head.append(text)
+        self._head_len += len(text)
+        # A head is a name, with Kimi's "functions." and ":INDEX" around it.
+        if self._head_len > MAX_NAME + 32:
+            self._degrade("a tool call's name is too long")
+            return False
+        return True
 
     def _call_head(self, head: str) -> tuple[str, str | None] | None:
         """A call's head (its text before the separator, stripped) as the tool's name and the
@@ -227,29 +245,36 @@ class SpecialCallsParser(_Output, StreamParser):
         head = "".join(self._head).strip(WS)
         parsed = self._call_head(head)
         if parsed is not None:
-            self._mode, self._pre, self._scan, self._fed = _PRE, "", None, 0
+            self._mode, self._scan, self._fed = _PRE, None, 0
+            self._pre, self._fence_part, self._fence_seen = [], "", False
             self._named = parsed
         else:
             self._degrade(f"tool call name {head!r} is not a function name")
 
     def _on_pre(self, text: str) -> None:
         """Up to the arguments' ``{``: R1's fence line, blank space."""
-        self._pre = pre = self._pre + text
-        body = pre.lstrip(WS)
-        if self._fenced and body.startswith("`"):
-            if not (FENCE_OPEN.startswith(body) or body.startswith(FENCE_OPEN)):
-                self._degrade("a tool call's arguments are not a JSON object")
+        buf, self._fence_part = self._fence_part + text, ""
+        while True:
+            body = buf.lstrip(WS)
+            self._pre.append(buf[: len(buf) - len(body)])
+            if not body:
                 return
-            if not body.startswith(FENCE_OPEN):
-                return  # the fence is still arriving
-            body = body[len(FENCE_OPEN) :].lstrip(WS)
-        if not body:
-            return
+            if self._fenced and not self._fence_seen and body.startswith("`"):
+                if body.startswith(FENCE_OPEN):
+                    self._pre.append(FENCE_OPEN)
+                    self._fence_seen = True
+                    buf = body[len(FENCE_OPEN) :]
+                    continue
+                if FENCE_OPEN.startswith(body):
+                    self._fence_part = body  # the fence is still arriving
+                    return
+            break
         if body[0] != "{":
             self._degrade("a tool call's arguments are not a JSON object")
+            self._out(body)  # what follows is text too
             return
-        self._raw.append(pre[: len(pre) - len(body)])
-        self._pre = ""
+        self._raw += self._pre
+        self._pre = []
         self._mode = _ARGS
         self._scan = CallScanner()
         self._scan.feed('{"arguments": ')
@@ -296,8 +321,8 @@ class SpecialCallsParser(_Output, StreamParser):
     def _degrade(self, reason: str) -> None:
         """What followed the calls token (or the last call) is not a call: it is text."""
         self._warnings.append(f"{reason}; kept as text")
-        text = "".join(self._raw) + self._pre
-        self._raw, self._mode, self._pre = [], _TEXT, ""
+        text = "".join(self._raw) + "".join(self._pre) + self._fence_part
+        self._raw, self._mode, self._pre, self._fence_part = [], _TEXT, [], ""
         self._out(text)
 
     # ==== End ====
@@ -336,7 +361,11 @@ class DSMLCallsParser(_Output, StreamParser):
         self._param = f'<{DSML}parameter name="'
         self._param_end = f"</{DSML}parameter>"
         self._mode = _D_TEXT
-        self._buf = ""  # undecided text: a possible marker, or newlines before the block
+        # Undecided text: a possible marker, a name or key not yet closed (bounded by
+        # MAX_NAME). Trailing newlines of the text (the blank line before a block is layout)
+        # are counted, not held: re-reading a growing buffer per chunk is quadratic.
+        self._buf = ""
+        self._newlines = 0
         self._raw: list[str] = []  # the block's text since its last call, kept for degrading
         self._key = ""
         self._string = True
@@ -365,11 +394,16 @@ class DSMLCallsParser(_Output, StreamParser):
             if at < 0:
                 keep = held_suffix(buf, (self._open,))
                 # Trailing newlines are held too: the blank line before a block is layout.
-                body = buf[: len(buf) - keep].rstrip("\n")
-                self._out(body)
-                self._buf = buf[len(body) :]
+                head = buf[: len(buf) - keep]
+                body = head.rstrip("\n")
+                if body:
+                    self._out("\n" * self._newlines + body)
+                    self._newlines = 0
+                self._newlines += len(head) - len(body)
+                self._buf = buf[len(head) :]
                 return False
-            before = buf[:at]
+            before = "\n" * self._newlines + buf[:at]
+            self._newlines = 0
             self._out(before[:-2] if before.endswith("\n\n") else before)
             self._mode, self._raw, self._in_block = _D_BLOCK, [self._open], 0
             self._buf = buf[at + len(self._open) :]
@@ -385,6 +419,10 @@ class DSMLCallsParser(_Output, StreamParser):
         if mode in (_D_NAME, _D_KEY):
             end = '">' if mode == _D_NAME else '" string="'
             at = buf.find(end)
+            if (at if at >= 0 else len(buf)) > MAX_NAME:
+                # Decided on the length alone, so any chunking decides alike.
+                self._broken("a tool or parameter name that is too long")
+                return True
             if at < 0:
                 if "\n" in buf or "<" in buf:
                     self._broken("a malformed tag")
@@ -410,9 +448,7 @@ class DSMLCallsParser(_Output, StreamParser):
             self._raw.append(buf)
             self._buf = ""
             return False
-        tags = (
-            (self._invoke, self._close) if mode == _D_BLOCK else (self._param, self._invoke_end)
-        )
+        tags = (self._invoke, self._close) if mode == _D_BLOCK else (self._param, self._invoke_end)
         for tag in tags:
             if body.startswith(tag):
                 self._raw.append(buf[: len(buf) - len(body) + len(tag)])
@@ -486,7 +522,7 @@ class DSMLCallsParser(_Output, StreamParser):
     def _open_value(self) -> None:
         head = ", " if self._params else "{"
         if self._string:
-            self._calls.stream(f"{head}{json.dumps(self._key, ensure_ascii=False)}: \"")
+            self._calls.stream(f'{head}{json.dumps(self._key, ensure_ascii=False)}: "')
 
     def _close_value(self) -> None:
         if self._string:
@@ -537,7 +573,8 @@ class DSMLCallsParser(_Output, StreamParser):
     def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
         cut = cut_problem(reason)
         if self._mode == _D_TEXT:
-            self._out(self._buf)
+            self._out("\n" * self._newlines + self._buf)
+            self._newlines = 0
         elif self._mode == _D_AFTER:
             self._out(self._buf.lstrip(WS))
         elif self._calls.open is not None:
@@ -606,7 +643,7 @@ def dsml_call_grammar(
             param = f'"<" {d} {literal(open_tag)} {value} "</" {d} "parameter>\\n"'
             params.append(f"({param})" if key in needed else f"({param})?")
         invoke = f'"<" {d} {literal(f"invoke name={json.dumps(t.name)}>" + chr(10))}'
-        rule = f"{invoke} {' '.join(params)} \"</\" {d} \"invoke>\\n\""
+        rule = f'{invoke} {" ".join(params)} "</" {d} "invoke>\\n"'
         alts.append(c.rules.add(f"call-{t.name}", rule))
     call = c.rules.add("call", " | ".join(alts))
     many = call if single else f"{call}+"

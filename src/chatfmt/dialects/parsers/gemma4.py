@@ -46,6 +46,7 @@ _INTEGER = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?")
 _BARE = re.compile(r"[^,{}\[\]<:]*")
 _MARKERS = (QUOTE, CALL_END, CALL)
+_LONGEST = max(map(len, _MARKERS))
 
 # Parser modes: text; a call's head (``call:NAME{``); its arguments; after its closing
 # ``}`` (``<tool_call|>`` next); the rest of a broken call.
@@ -376,23 +377,23 @@ class Gemma4CallParser(StreamParser):
                 continue
             c = buf[i]
             if c == "<":
-                rest = buf[i:]
-                if rest.startswith(QUOTE):
+                # Matched in place: slicing the rest of the buffer at every "<" is quadratic.
+                if buf.startswith(QUOTE, i):
                     self._take(QUOTE)
                     self._in_string = True
                     i += len(QUOTE)
                     continue
-                if rest.startswith(CALL_END) or rest.startswith(CALL):
+                if buf.startswith(CALL_END, i) or buf.startswith(CALL, i):
                     # The call ended, or another began, before its arguments closed.
                     self._calls.cut("has no closing '}'")
-                    if rest.startswith(CALL_END):
+                    if buf.startswith(CALL_END, i):
                         self._raw.append(CALL_END)
-                        rest = rest[len(CALL_END) :]
+                        i += len(CALL_END)
                     self._record()
                     self._mode = _TEXT
-                    return rest
-                if any(m.startswith(rest) for m in _MARKERS):
-                    self._hold = rest  # a marker split across chunks
+                    return buf[i:]
+                if n - i < _LONGEST and any(m.startswith(buf[i:]) for m in _MARKERS):
+                    self._hold = buf[i:]  # a marker split across chunks
                     return ""
             elif c in "{[":
                 self._depth += 1

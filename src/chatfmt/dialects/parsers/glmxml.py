@@ -72,7 +72,9 @@ class GLMCallParser(StreamParser):
         self._mode = _TEXT
         self._hold = ""  # undecided text: a possible tag start, a name not yet ended
         self._started = False  # the content has had a character that is not whitespace
-        self._ws = ""  # trailing whitespace of the content so far: kept only if text follows
+        # Trailing whitespace of the content so far, kept only if text follows: pieces joined
+        # once, so a model stuck on spaces costs linear time, not quadratic.
+        self._ws: list[str] = []
         self._raw: list[str] = []  # exact text of the current call
         self._junk = False  # this call already has a warning for stray text
         self._keys: set[str] = set()  # the open call's keys so far
@@ -106,7 +108,7 @@ class GLMCallParser(StreamParser):
             if mode != _SKIP:
                 self._calls.cut(cut_problem(reason))
             self._record()
-        self._ws = ""  # trailing whitespace: the template strips it
+        self._ws = []  # trailing whitespace: the template strips it
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         out, self._events = self._events, []
         return out
@@ -126,12 +128,14 @@ class GLMCallParser(StreamParser):
             if not text:
                 return
             self._started = True
-        text = self._ws + text
         body = text.rstrip()
-        self._ws = text[len(body) :]
-        if body:
-            self._content.append(body)
-            self._events.append(TextDelta(body))
+        if not body:
+            self._ws.append(text)
+            return
+        out = "".join(self._ws) + body
+        self._ws = [text[len(body) :]]
+        self._content.append(out)
+        self._events.append(TextDelta(out))
 
     def _degrade(self, reason: str) -> None:
         """The candidate is not a call: its text is content; scanning goes on after it."""
@@ -203,7 +207,7 @@ class GLMCallParser(StreamParser):
             return ""
         self._raw.append(name)
         self._calls.start(stripped)
-        self._ws = ""  # the whitespace before a call is layout
+        self._ws = []  # the whitespace before a call is layout
         self._keys = set()
         self._junk = False
         self._mode = _BODY

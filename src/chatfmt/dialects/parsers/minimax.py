@@ -89,9 +89,11 @@ class MiniMaxCallParser(StreamParser):
         self._schemas = schemas
         self._mode = _TEXT
         self._hold = ""  # undecided text: a possible tag start, a name not yet closed
-        self._ws = ""  # trailing whitespace of the text so far: content only if text follows
+        # Trailing whitespace of the text so far, content only if text follows: pieces joined
+        # once, so a model stuck on spaces costs linear time, not quadratic.
+        self._ws: list[str] = []
         self._after_call = False  # the last thing written was a block of calls
-        self._prefix = ""  # the whitespace before a candidate block, restored if it is not one
+        self._prefix: list[str] = []  # the whitespace before a candidate block, if not one
         self._pending: list[str] = []  # the block's text before its first call (for degrading)
         self._in_block = 0  # calls announced in the open block
         self._raw: list[str] = []  # exact text of the current call
@@ -132,8 +134,8 @@ class MiniMaxCallParser(StreamParser):
             self._raw.append(hold)
             self._record()
         if not self._after_call:
-            self._out(self._ws)
-        self._ws = ""
+            self._out("".join(self._ws))
+        self._ws = []
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         out, self._events = self._events, []
         return out
@@ -155,19 +157,20 @@ class MiniMaxCallParser(StreamParser):
         """Visible text; its trailing whitespace is held until text follows."""
         if not text:
             return
-        text = self._ws + text
         body = text.rstrip(WS)
-        self._ws = text[len(body) :]
-        if body:
-            self._after_call = False
-            self._out(body)
+        if not body:
+            self._ws.append(text)
+            return
+        self._after_call = False
+        self._out("".join(self._ws) + body)
+        self._ws = [text[len(body) :]]
 
     def _degrade(self, reason: str) -> None:
         """The block is not calls: its text (and the whitespace before it) is content; the
         caller goes on scanning what follows as text."""
         self._warnings.append(reason)
         self._ws = self._prefix + self._ws
-        self._prefix = ""
+        self._prefix = []
         raw = "".join(self._pending) + "".join(self._raw)
         self._pending, self._raw = [], []
         self._mode = _TEXT
@@ -197,7 +200,7 @@ class MiniMaxCallParser(StreamParser):
             self._hold = buf[len(buf) - keep :]
             return ""
         self._text(buf[:i])
-        self._prefix, self._ws = self._ws, ""  # the layout before the block
+        self._prefix, self._ws = self._ws, []  # the layout before the block
         self._pending, self._raw, self._in_block = [BLOCK], [], 0
         self._mode = _BLOCK
         return buf[i + len(BLOCK) :]
@@ -267,7 +270,7 @@ class MiniMaxCallParser(StreamParser):
             self._raw.append(buf[: j + 2])
             self._calls.start(name.strip(WS))
             self._in_block += 1
-            self._pending, self._prefix = [], ""
+            self._pending, self._prefix = [], []
             self._params = {}
             self._junk = False
             self._mode = _BODY

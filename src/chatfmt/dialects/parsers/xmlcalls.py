@@ -228,9 +228,11 @@ class XMLCallParser(StreamParser):
         self._schemas = schemas
         self._mode = _TEXT
         self._hold = ""  # undecided text: a possible tag start, a name not yet closed
-        self._ws = ""  # trailing whitespace of the text so far: content only if text follows
+        # Trailing whitespace of the text so far, content only if text follows: kept as pieces
+        # joined once, so a model stuck on spaces costs linear time, not quadratic.
+        self._ws: list[str] = []
         self._after_call = False  # the last thing written was a call
-        self._prefix = ""  # the whitespace before a candidate call, restored if it is not one
+        self._prefix: list[str] = []  # the whitespace before a candidate call, if it is not one
         self._raw: list[str] = []  # exact text of the current call
         self._junk = False  # this call already has a warning for stray text
         self._params: dict[str, None] = {}  # the open call's parameters so far
@@ -265,8 +267,8 @@ class XMLCallParser(StreamParser):
                 self._calls.cut(cut_problem(reason))
             self._record()
         if not self._after_call:
-            self._out(self._ws)
-        self._ws = ""
+            self._out("".join(self._ws))
+        self._ws = []
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         out, self._events = self._events, []
         return out
@@ -289,19 +291,20 @@ class XMLCallParser(StreamParser):
         and after the last one, it is layout)."""
         if not text:
             return
-        text = self._ws + text
         body = text.rstrip(WS)
-        self._ws = text[len(body) :]
-        if body:
-            self._after_call = False
-            self._out(body)
+        if not body:
+            self._ws.append(text)
+            return
+        self._after_call = False
+        self._out("".join(self._ws) + body)
+        self._ws = [text[len(body) :]]
 
     def _degrade(self, reason: str) -> None:
         """The candidate is not a call: its text (and the whitespace before it) is content;
         the caller goes on scanning what follows it as text."""
         self._warnings.append(reason)
         self._ws = self._prefix + self._ws
-        self._prefix = ""
+        self._prefix = []
         raw, self._raw = "".join(self._raw), []
         self._mode = _TEXT
         self._text(raw)
@@ -333,22 +336,24 @@ class XMLCallParser(StreamParser):
             self._hold = buf[len(buf) - keep :]
             return ""
         self._text(buf[:i])
-        self._prefix, self._ws = self._ws, ""  # the layout before a call
+        self._prefix, self._ws = self._ws, []  # the layout before a call
         self._raw = [self._open]
         self._mode = _OPEN
         return buf[i + len(self._open) :]
 
     def _on_open(self, buf: str) -> str:
         rest = buf.lstrip(WS)
+        # Whitespace is taken as it comes, never held: only a partial tag is (bounded).
+        self._raw.append(buf[: len(buf) - len(rest)])
         if rest.startswith(FUNCTION):
-            self._raw.append(buf[: len(buf) - len(rest) + len(FUNCTION)])
+            self._raw.append(FUNCTION)
             self._mode = _NAME
             return rest[len(FUNCTION) :]
-        if not rest or FUNCTION.startswith(rest):
-            self._hold = buf
+        if FUNCTION.startswith(rest):
+            self._hold = rest
             return ""
         self._degrade(f"{self._open} is not followed by {FUNCTION}name>; kept as text")
-        return buf
+        return rest
 
     def _on_name(self, buf: str) -> str:
         """A tool's name after ``<function=``, or a parameter's after ``<parameter=``."""
@@ -366,7 +371,7 @@ class XMLCallParser(StreamParser):
             self._calls.start(name.strip(WS))
             self._params = {}
             self._junk = False
-            self._prefix = ""
+            self._prefix = []
             self._mode = _BODY
             return buf[j + 1 :]
         if bad or not name.strip(WS):
