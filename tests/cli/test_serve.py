@@ -23,6 +23,7 @@ def test_helpers() -> None:
         default_dialect("/models/other.gguf")  # no file, no template: see test_serve_dialect
     assert model_name("default") == "qwen2.5-coder-0.5b-instruct"
     assert model_name("/models/other-model.Q4.gguf") == "other-model.Q4"
+    assert model_name("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"
     with pytest.raises(ChatFmtError, match="--engine-url"):
         build_engine(engine="remote")
     with pytest.raises(ChatFmtError, match="unknown engine"):

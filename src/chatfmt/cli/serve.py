@@ -202,8 +202,14 @@ def no_dialect_message(model: str, detection: Detection) -> str:
 
 
 def model_name(model: str) -> str:
-    """The model id the server reports: the default model's name or the file's stem."""
-    return DEFAULT_MODEL_NAME if model == "default" else Path(model).stem
+    """The model id the server reports: the default model's name, a GGUF file's name without
+    ``.gguf``, or a remote engine's model id as given (``Qwen/Qwen2.5-7B-Instruct``: its dots
+    are part of the name, not a suffix)."""
+    if model == "default":
+        return DEFAULT_MODEL_NAME
+    if model.lower().endswith(".gguf"):
+        return Path(model).name[: -len(".gguf")]
+    return model
 
 
 def run_server(
