@@ -203,6 +203,11 @@ _FINGERPRINTS: tuple[_Fingerprint, ...] = (
         requires=("[INST]", "[SYSTEM_PROMPT]", "[THINK]"),
     ),
     _Fingerprint(
+        "llama4",
+        "Llama 4 (<|header_start|>role<|header_end|> … <|eot|> or <|eom|>)",
+        requires=("<|header_start|>", "<|header_end|>", "<|eot|>"),
+    ),
+    _Fingerprint(
         "deepseek-v4",
         "DeepSeek V4 (DSML tool calls, <tool_result> results)",
         requires=(*_DEEPSEEK, "｜DSML｜", "<tool_result>"),
@@ -377,6 +382,7 @@ ARCHITECTURE_DIALECTS = {
     "gemma2": "gemma3",
     "gemma3": "gemma3",
     "gpt-oss": "harmony",
+    "llama4": "llama4",
 }
 
 #: Markup of formats that are named in a failure, to say what the template looked like.
