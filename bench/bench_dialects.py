@@ -74,6 +74,48 @@ def llama3(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
     return (dialect, llama3_vocab()), lambda: list(fmt.encode_dialog_prompt(msgs).tokens), decode
 
 
+def llama4(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
+    import types
+
+    # The encoder imports torch, PIL and torchvision at module level for images only: empty
+    # modules stand in where they are not installed (as tests/dialects/test_llama4.py does).
+    def stub(name: str, **attrs: Any) -> None:
+        try:
+            __import__(name)
+        except ImportError:
+            module = types.ModuleType(name)
+            module.__dict__.update(attrs)
+            sys.modules[name] = module
+
+    stub("torch", Tensor=object)
+    stub("PIL.Image", Image=object)
+    stub("PIL", Image=sys.modules["PIL.Image"])
+    try:
+        __import__("torchvision")
+    except ImportError:
+        stub(
+            "llama_models.llama4.preprocess",
+            ResizeNormalizeImageTransform=object,
+            VariableSizeImageTransform=object,
+        )
+    from llama_models.datatypes import RawMessage, StopReason, ToolPromptFormat
+    from llama_models.llama4.chat_format import ChatFormat
+    from llama_models.llama4.tokenizer import Tokenizer as Ref
+
+    fmt = ChatFormat(Ref.get_instance())
+    msgs = [RawMessage(role=m.role, content=m.text) for m in conv.messages]
+
+    def reference() -> list[int]:
+        prompt = fmt.encode_dialog_prompt(msgs, ToolPromptFormat.python_list)
+        return list(prompt.tokens)
+
+    def decode(ids: list[int]) -> Any:
+        return fmt.decode_assistant_message(ids, StopReason.end_of_turn)
+
+    tok = chatfmt.load_tokenizer("llama4")
+    return (chatfmt.get_dialect("llama4"), tok), reference, decode
+
+
 def mistral_v3(conv: Conversation) -> tuple[Any, Callable[[], list[int]], Any]:
     import mistral_common
     from mistral_common.protocol.instruct import messages as mm
@@ -291,6 +333,7 @@ def main() -> None:
     ]
     names = {
         "llama3": "llama-models",
+        "llama4": "llama-models",
         "mistral-v3": "mistral-common",
         "mistral-v11": "mistral-common",
         "gemma3": "llama.cpp",
@@ -299,6 +342,7 @@ def main() -> None:
     }
     builders = (
         ("llama3", llama3),
+        ("llama4", llama4),
         ("mistral-v3", mistral_v3),
         ("mistral-v11", mistral_v11),
         ("gemma3", gemma3),
