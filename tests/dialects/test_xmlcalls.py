@@ -15,9 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from streams import outcome
 
+from chatfmt import get_dialect
 from chatfmt.decoding import ControlSplitter, TurnDecoder
 from chatfmt.dialects.base import Dialect
-from chatfmt.dialects.parsers.xmlcalls import render_value, typed_value
+from chatfmt.dialects.parsers.xmlcalls import render_value, tool_schemas, typed_value
 from chatfmt.dialects.qwen3_coder import Qwen3Coder, Qwen35
 from chatfmt.events import (
     Event,
@@ -89,11 +90,111 @@ def call(name: str, **params: str) -> str:
         ("None", None, "None"),
         ("-x", None, "-x"),
         ("hello", {"description": "no type"}, "hello"),
+        # A string by another keyword stays the string the model wrote.
+        ("7", {"const": "7"}, "7"),
+        ("7", {"enum": ["7", "8"]}, "7"),
+        ("7", {"allOf": [{"type": "string"}]}, "7"),
+        ("7", {"allOf": [{"minLength": 1}, {"type": "string"}]}, "7"),
+        ("7", {"anyOf": [{"type": "string"}, {"type": "integer"}]}, "7"),
+        ("7", {"oneOf": [{"type": "integer"}, {"const": "7"}]}, "7"),
+        # A mixed enum: the member the text equals decides.
+        ("7", {"enum": ["7", 8]}, "7"),
+        ("8", {"enum": ["7", 8]}, 8),
+        ("9", {"enum": ["7", 8]}, "9"),
+        ("True", {"enum": [True, "yes"]}, True),
+        ("7", {"const": 7}, 7),
+        ("7", {"allOf": [{"type": "integer"}, {"minimum": 0}]}, 7),
+        ("7", {"allOf": [{"type": "number"}, {"type": "integer"}]}, 7),
+        # The tool is known but the schema gives no type: the text is kept.
+        ("7", {}, "7"),
+        ("[1, 2]", {"description": "no type"}, "[1, 2]"),
+        ("7", {"$ref": "#/$defs/Unresolved"}, "7"),
+        ("7", {"anyOf": [{"type": "integer"}, {"description": "anything"}]}, "7"),
+        ("7", {"allOf": [{"type": "integer"}, {"type": "string"}]}, "7"),  # contradictory
     ],
 )
 def test_typed_value(text: str, schema: Any, value: Any) -> None:
     assert typed_value(text, schema) == value
     assert type(typed_value(text, schema)) is type(value)
+
+
+def test_tool_schemas_resolve_refs() -> None:
+    params = {
+        "type": "object",
+        "$defs": {"Zip": {"type": "string"}, "Loop": {"$ref": "#/$defs/Loop"}},
+        "definitions": {"Count": {"type": "integer", "description": "n"}},
+        "properties": {
+            "zip": {"$ref": "#/$defs/Zip", "description": "a postal code"},
+            "n": {"$ref": "#/definitions/Count"},
+            "either": {"anyOf": [{"$ref": "#/$defs/Zip"}, {"type": "null"}]},
+            "loop": {"$ref": "#/$defs/Loop"},
+            "missing": {"$ref": "#/$defs/Nowhere"},
+        },
+    }
+    tool = {"type": "function", "function": {"name": "f", "parameters": params}}
+    props = tool_schemas([tool])["f"]
+    assert props["zip"] == {"type": "string", "description": "a postal code"}
+    assert [typed_value("07", props[k]) for k in ("zip", "n", "either", "loop", "missing")] == [
+        "07", 7, "07", "07", "07"
+    ]  # fmt: skip
+
+
+TYPING_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {
+                "type": "object",
+                "$defs": {"Zip": {"type": "string"}},
+                "properties": {
+                    "const": {"const": "7"},
+                    "enum": {"enum": ["7", 8]},
+                    "enum8": {"enum": ["7", 8]},
+                    "all": {"allOf": [{"type": "string"}]},
+                    "ref": {"$ref": "#/$defs/Zip"},
+                    "untyped": {"description": "anything"},
+                    "n": {"type": "integer"},
+                },
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "write"),
+    [
+        ("qwen3-coder", lambda k, v: f"<parameter={k}>\n{v}\n</parameter>\n"),
+        ("glm4.6", lambda k, v: f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n"),
+        ("minimax-m2", lambda k, v: f'<parameter name="{k}">{v}</parameter>\n'),
+    ],
+)
+def test_declared_strings_stay_strings(dialect: str, write: Any) -> None:
+    """A parameter the schema makes a string keeps the model's ``7``; one the tool does not
+    declare, or declares without a type, too; a call to a tool not given reads JSON."""
+    expected: dict[str, Any] = {
+        "const": "7", "enum": "7", "enum8": 8, "all": "7", "ref": "7", "untyped": "7",
+        "undeclared": "7", "n": 7,
+    }  # fmt: skip
+    if dialect == "minimax-m2":
+        del expected["ref"]  # its dialect reads the tools' schemas without their $defs
+    params = [(k, str(v)) for k, v in expected.items()]
+    body = "".join(write(k, v) for k, v in params)
+    out = {
+        "qwen3-coder": f"<tool_call>\n<function={{}}>\n{body}</function>\n</tool_call>",
+        "glm4.6": f"<tool_call>{{}}\n{body}</tool_call>",
+        "minimax-m2": f'<minimax:tool_call>\n<invoke name="{{}}">\n{body}</invoke>\n'
+        "</minimax:tool_call>",
+    }[dialect]
+    configured = get_dialect(dialect).with_tools(TYPING_TOOLS)
+    if dialect == "minimax-m2":
+        out = "</think>\n\n" + out
+    got = configured.parse(out.format("f")).message.tool_calls
+    assert got and json.loads(got[0].arguments) == expected
+    # No schema for the tool: what looks like JSON is JSON.
+    got = configured.parse(out.format("g")).message.tool_calls
+    assert got and json.loads(got[0].arguments) == {k: int(v) for k, v in params}
 
 
 def test_render_value_is_the_templates_str() -> None:

@@ -33,7 +33,15 @@ from ...grammar.gbnf import literal
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
 from .deepseek import valid_name
-from .xmlcalls import MAX_NAME, Schemas, json_text, render_value, typed_value, value_rule
+from .xmlcalls import (
+    MAX_NAME,
+    Schemas,
+    json_text,
+    parameter_schema,
+    render_value,
+    typed_value,
+    value_rule,
+)
 
 TOOL_CALL = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
@@ -295,10 +303,7 @@ class GLMCallParser(StreamParser):
         call = self._calls.open
         assert call is not None
         key = self._key
-        schema = None
-        if self._schemas is not None:
-            props = self._schemas.get(call.name)
-            schema = props.get(key) if isinstance(props, Mapping) else None
+        schema = parameter_schema(self._schemas, call.name, key)
         if key in self._keys:
             self._warnings.append(
                 f"tool call {call.index} repeats argument {key!r}; the last value counts"

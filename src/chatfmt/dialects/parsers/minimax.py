@@ -32,7 +32,7 @@ from ...events import Event, Finish, ParseResult, TextDelta
 from ...jsonscan import WS
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
-from .xmlcalls import MAX_NAME, Schemas, typed_value
+from .xmlcalls import MAX_NAME, Schemas, parameter_schema, typed_value
 
 BLOCK = "<minimax:tool_call>"
 BLOCK_END = "</minimax:tool_call>"
@@ -349,10 +349,7 @@ class MiniMaxCallParser(StreamParser):
         call = self._calls.open
         assert call is not None
         name = self._pname
-        schema = None
-        if self._schemas is not None:
-            props = self._schemas.get(call.name)
-            schema = props.get(name) if isinstance(props, Mapping) else None
+        schema = parameter_schema(self._schemas, call.name, name)
         if name in self._params:
             self._warnings.append(
                 f"tool call {call.index} repeats parameter {name!r}; the last value counts"
