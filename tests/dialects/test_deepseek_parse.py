@@ -20,6 +20,7 @@ from goldens import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from streams import run_turn
 
 from chatfmt import get_dialect
 from chatfmt.decoding import TurnDecoder
@@ -110,9 +111,7 @@ PARSE = [(d, c) for d in DIALECTS for c in parse_cases(d)]
 RENDER = [(d, c) for d in DIALECTS for c in render_cases(d)]
 
 
-def _parse(
-    name: str, output: str, chunk: int, *, length: bool
-) -> tuple[list[Event], ParseResult]:
+def _parse(name: str, output: str, chunk: int, *, length: bool) -> tuple[list[Event], ParseResult]:
     dialect = get_dialect(name)
     if name != "deepseek-r1":
         dialect = dialect.with_reasoning(enabled=True)
@@ -155,3 +154,25 @@ def test_render_golden(name: str, case: Path, v3_tok: Tokenizer) -> None:
 def test_golden_cases_exist() -> None:
     assert {d for d, _ in PARSE} == set(DIALECTS) and len(PARSE) >= 12
     assert {d for d, _ in RENDER} == set(DIALECTS)
+
+
+def test_a_repeated_parameter_makes_the_call_incomplete() -> None:
+    """Arguments holding a key twice ({"a": 1, "a": 2}) are not a call a client may run:
+    strict JSON readers reject them, lenient ones keep either value."""
+    out = (
+        "<｜DSML｜function_calls>\n"
+        '<｜DSML｜invoke name="f">\n'
+        '<｜DSML｜parameter name="a" string="false">1</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="a" string="false">2</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n"
+        "</｜DSML｜function_calls>"
+    )
+    dialect = get_dialect("deepseek-v3.2")
+    result = dialect.parse(out)
+    assert not result.message.tool_calls and result.finish_reason == "stop"
+    assert [c.arguments for c in result.incomplete_calls] == ['{"a": 1']
+    assert (
+        "tool call 0 has a repeated parameter 'a'; it is incomplete and not runnable"
+        in result.warnings
+    )
+    assert run_turn(dialect, None, list(out)) == run_turn(dialect, None, [out])

@@ -15,7 +15,9 @@ from goldens import check_json, check_jsonl, parse_cases, read_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from standins import standin
+from streams import run_turn
 
+from chatfmt import get_dialect
 from chatfmt.decoding import TurnDecoder
 from chatfmt.dialects.gemma4 import Gemma4
 from chatfmt.events import (
@@ -163,3 +165,15 @@ def test_parse_golden(case: Path) -> None:
 
 def test_golden_cases_exist() -> None:
     assert len(CASES) >= 6
+
+
+def test_a_repeated_argument_makes_the_call_incomplete() -> None:
+    """Arguments holding a key twice ({"a": 1, "a": 2}) are not a call a client may run:
+    strict JSON readers reject them, lenient ones keep either value."""
+    out = "<|tool_call>call:f{a:1,a:2}<tool_call|>"
+    dialect = get_dialect("gemma4")
+    result = dialect.parse(out)
+    assert not result.message.tool_calls and result.finish_reason == "stop"
+    assert [c.arguments for c in result.incomplete_calls] == ['{"a": 1']
+    assert "tool call 0 repeats argument 'a'; it is incomplete and not runnable" in result.warnings
+    assert run_turn(dialect, None, list(out)) == run_turn(dialect, None, [out])

@@ -134,9 +134,7 @@ def test_rendered_ids_use_the_tags_as_tokens(glm_tok: Tokenizer) -> None:
                 {
                     "role": "assistant",
                     "content": "",
-                    "tool_calls": [
-                        {"id": "c", "function": {"name": "f", "arguments": '{"a": 1}'}}
-                    ],
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"a": 1}'}}],
                 },
                 {"role": "tool", "tool_call_id": "c", "content": "ok"},
             ]
@@ -157,8 +155,10 @@ def test_thinking_off_appends_nothink_once() -> None:
     assert "<|user|>\nhi/nothink<|user|>\nbye /nothink<|assistant|>\n<think></think>" in off
     on = get_dialect("glm4.6").render_text(conv, strict=False)
     assert on.endswith("<|user|>\nbye /nothink<|assistant|>") and "hi/nothink" not in on
-    assert configured("glm4.7", False).render_text(conv, strict=False).endswith(
-        "<|assistant|></think>"
+    assert (
+        configured("glm4.7", False)
+        .render_text(conv, strict=False)
+        .endswith("<|assistant|></think>")
     )
     assert get_dialect("glm4.7").render_text(conv, strict=False).endswith("<|assistant|><think>")
 
@@ -303,3 +303,23 @@ def test_render_golden(name: str, case: Path, templates: dict[str, Any]) -> None
 def test_golden_cases_exist() -> None:
     assert {d for d, _ in PARSE} == set(DIALECTS) and len(PARSE) >= 10
     assert {d for d, _ in RENDER} == set(DIALECTS)
+
+
+def test_a_repeated_argument_makes_the_call_incomplete() -> None:
+    """Arguments holding a key twice ({"a": 1, "a": 2}) are not a call a client may run:
+    strict JSON readers reject them, lenient ones keep either value."""
+    out = (
+        "<tool_call>f\n"
+        "<arg_key>a</arg_key>\n"
+        "<arg_value>1</arg_value>\n"
+        "<arg_key>a</arg_key>\n"
+        "<arg_value>2</arg_value>\n"
+        "</tool_call>"
+    )
+    dialect = get_dialect("glm4.6")
+    result = dialect.parse(out)
+    assert not result.message.tool_calls and result.finish_reason == "stop"
+    assert [c.arguments for c in result.incomplete_calls] == ['{"a": 1']
+    warning = "tool call 0 repeats argument 'a'; it is incomplete and not runnable"
+    assert warning in result.warnings
+    assert run_turn(dialect, None, list(out)) == run_turn(dialect, None, [out])

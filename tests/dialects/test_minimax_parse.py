@@ -14,7 +14,9 @@ from goldens import check_json, check_jsonl, parse_cases, read_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from standins import standin
+from streams import run_turn
 
+from chatfmt import get_dialect
 from chatfmt.decoding import TurnDecoder
 from chatfmt.dialects.minimax import MiniMaxM2
 from chatfmt.events import (
@@ -181,3 +183,25 @@ def test_parse_golden(case: Path) -> None:
 
 def test_golden_cases_exist() -> None:
     assert len(CASES) >= 6
+
+
+def test_a_repeated_parameter_makes_the_call_incomplete() -> None:
+    """Arguments holding a key twice ({"a": 1, "a": 2}) are not a call a client may run:
+    strict JSON readers reject them, lenient ones keep either value."""
+    out = (
+        "</think>\n"
+        "\n"
+        "<minimax:tool_call>\n"
+        '<invoke name="f">\n'
+        '<parameter name="a">1</parameter>\n'
+        '<parameter name="a">2</parameter>\n'
+        "</invoke>\n"
+        "</minimax:tool_call>"
+    )
+    dialect = get_dialect("minimax-m2")
+    result = dialect.parse(out)
+    assert not result.message.tool_calls and result.finish_reason == "stop"
+    assert [c.arguments for c in result.incomplete_calls] == ['{"a": 1']
+    warning = "tool call 0 repeats parameter 'a'; it is incomplete and not runnable"
+    assert warning in result.warnings
+    assert run_turn(dialect, None, list(out)) == run_turn(dialect, None, [out])

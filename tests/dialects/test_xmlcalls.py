@@ -13,7 +13,7 @@ import pytest
 from goldens import check_json, check_jsonl, parse_cases, read_text
 from hypothesis import given
 from hypothesis import strategies as st
-from streams import outcome
+from streams import outcome, run_turn
 
 from chatfmt import get_dialect
 from chatfmt.decoding import ControlSplitter, TurnDecoder
@@ -447,3 +447,27 @@ def test_parse_golden(dialect: str, case: Path) -> None:
 def test_parse_cases_exist() -> None:
     assert {d for d, _ in PARSE_CASES} == set(GOLDEN_DIALECTS)
     assert len(PARSE_CASES) >= 8
+
+
+def test_a_repeated_parameter_makes_the_call_incomplete() -> None:
+    """Arguments holding a key twice ({"a": 1, "a": 2}) are not a call a client may run:
+    strict JSON readers reject them, lenient ones keep either value."""
+    out = (
+        "<tool_call>\n"
+        "<function=f>\n"
+        "<parameter=a>\n"
+        "1\n"
+        "</parameter>\n"
+        "<parameter=a>\n"
+        "2\n"
+        "</parameter>\n"
+        "</function>\n"
+        "</tool_call>"
+    )
+    dialect = get_dialect("qwen3-coder")
+    result = dialect.parse(out)
+    assert not result.message.tool_calls and result.finish_reason == "stop"
+    assert [c.arguments for c in result.incomplete_calls] == ['{"a": 1']
+    warning = "tool call 0 repeats parameter 'a'; it is incomplete and not runnable"
+    assert warning in result.warnings
+    assert run_turn(dialect, None, list(out)) == run_turn(dialect, None, [out])

@@ -371,6 +371,7 @@ class DSMLCallsParser(_Output, StreamParser):
         self._string = True
         self._value: list[str] = []
         self._params = 0  # parameters of the open call so far
+        self._keys: set[str] = set()  # their names
         self._kind_pending = False  # the string="…" attribute's value is still to come
         self._in_block = 0
         self._noted_skip = False
@@ -431,8 +432,13 @@ class DSMLCallsParser(_Output, StreamParser):
             self._buf = buf[at + len(end) :]
             if mode == _D_NAME:
                 self._start(buf[:at])
+            elif buf[:at] in self._keys:
+                # Its arguments would hold the key twice ({"a": 1, "a": 2}), which strict
+                # JSON readers reject and lenient ones read either way: not runnable.
+                self._broken(f"a repeated parameter {buf[:at]!r}")
             else:
                 self._key = buf[:at]
+                self._keys.add(self._key)
                 self._mode = _D_VALUE
                 self._string = True
                 self._value = []
@@ -485,6 +491,7 @@ class DSMLCallsParser(_Output, StreamParser):
             return
         self._calls.start(name)
         self._params = 0
+        self._keys = set()
         self._mode = _D_INVOKE
 
     def _on_value(self) -> bool:

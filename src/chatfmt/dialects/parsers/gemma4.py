@@ -440,9 +440,10 @@ class Gemma4CallParser(StreamParser):
             self._broken(f"has malformed arguments ({exc})")
             return False
         if key in self._keys:
-            self._warnings.append(
-                f"tool call {call.index} repeats argument {key!r}; the last value counts"
-            )
+            # Its arguments would hold the key twice ({"a": 1, "a": 2}), which strict JSON
+            # readers reject and lenient ones read either way: not a call a client may run.
+            self._broken(f"repeats argument {key!r}")
+            return False
         lead = ", " if self._keys else "{"
         self._keys[key] = None
         self._calls.stream(f"{lead}{json_value_text(key)}: {json_value_text(value)}")

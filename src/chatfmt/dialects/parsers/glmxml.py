@@ -291,8 +291,8 @@ class GLMCallParser(StreamParser):
             return ""
         self._value.append(buf[:k])
         self._raw.append(buf[: k + len(ARG_VALUE_END)])
-        self._value_closed()
         self._mode = _BODY
+        self._value_closed()
         return buf[k + len(ARG_VALUE_END) :]
 
     # ==== Calls ====
@@ -305,9 +305,11 @@ class GLMCallParser(StreamParser):
         key = self._key
         schema = parameter_schema(self._schemas, call.name, key)
         if key in self._keys:
-            self._warnings.append(
-                f"tool call {call.index} repeats argument {key!r}; the last value counts"
-            )
+            # Its arguments would hold the key twice ({"a": 1, "a": 2}), which strict JSON
+            # readers reject and lenient ones read either way: not a call a client may run.
+            self._calls.cut(f"repeats argument {key!r}")
+            self._mode = _SKIP
+            return
         lead = ", " if self._keys else "{"
         self._keys.add(key)
         self._calls.stream(f"{lead}{json_text(key)}: {json_text(typed_value(value, schema))}")

@@ -535,8 +535,8 @@ class XMLCallParser(StreamParser):
             return ""
         self._value.append(buf[:k])
         self._raw.append(buf[: k + len(PARAMETER_END)])
-        self._parameter_closed()
         self._mode = _BODY
+        self._parameter_closed()
         return buf[k + len(PARAMETER_END) :]
 
     def _on_body(self, buf: str) -> str:
@@ -613,9 +613,11 @@ class XMLCallParser(StreamParser):
         name = self._pname
         schema = parameter_schema(self._schemas, call.name, name)
         if name in self._params:
-            self._warnings.append(
-                f"tool call {call.index} repeats parameter {name!r}; the last value counts"
-            )
+            # Its arguments would hold the key twice ({"a": 1, "a": 2}), which strict JSON
+            # readers reject and lenient ones read either way: not a call a client may run.
+            self._calls.cut(f"repeats parameter {name!r}")
+            self._mode = _SKIP
+            return
         lead = ", " if self._params else "{"
         self._params[name] = None
         typed = json_text(typed_value(value, schema))
