@@ -118,10 +118,7 @@ def _shapes(name: str) -> list[tuple[str, str, str]]:
 
 #: Known quadratic, in a parser outside this module's fixes (``parsers/mistral.py`` re-joins
 #: the name after ``[TOOL_CALLS]`` at every chunk); strict, so a fix shows here.
-KNOWN_QUADRATIC = {
-    ("magistral", "spaces after the call tag"),
-    ("mistral-v11", "spaces after the call tag"),
-}
+KNOWN_QUADRATIC: set[tuple[str, str]] = set()
 
 
 def _case(name: str, shape: str, prefix: str, unit: str) -> Any:

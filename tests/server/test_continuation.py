@@ -180,7 +180,28 @@ async def test_a_reply_the_client_saw_otherwise_is_rendered(qwen: Tokenizer) -> 
     assert counted(await metrics(app), "rendered") == 1
 
 
-@pytest.mark.parametrize("cut", [12, 16, 18])
+async def test_a_call_whose_json_closed_before_the_cut_is_whole(qwen: Tokenizer) -> None:
+    """At 18 tokens the call's object is whole and only its closing tag is missing: the call
+    closed (the rule of every dialect: its arguments' syntax ended), so it is ``completed``,
+    as chat completions returns it in ``tool_calls``, and its result may be sent."""
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    engine = FakeEngine(qwen, [call + "<|im_end|>", "sun it is<|im_end|>"], grammar_support="full")
+    app = create_app(engine, get_dialect("qwen2.5"), model_name="m", store=memory_store())
+    c = client(app)
+    first = await c.responses.create(
+        model="m", input="weather?", tools=[WEATHER], max_output_tokens=18
+    )
+    assert first.status == "incomplete"  # the reply was cut, not the call
+    [made] = [i for i in first.output if i.type == "function_call"]
+    assert made.status == "completed" and made.arguments == '{"city": "Paris"}'
+    result = {"type": "function_call_output", "call_id": made.call_id, "output": "sun"}
+    second = await c.responses.create(
+        model="m", previous_response_id=first.id, input=[result], tools=[WEATHER]
+    )
+    assert second.output_text == "sun it is"
+
+
+@pytest.mark.parametrize("cut", [12, 16])
 async def test_a_reply_cut_by_max_output_tokens_is_rendered(qwen: Tokenizer, cut: int) -> None:
     """A call cut off comes back incomplete, with only the arguments the model wrote; the
     conversation does not keep it (it cannot be run, so nothing may answer it), and the ids
@@ -194,7 +215,7 @@ async def test_a_reply_cut_by_max_output_tokens_is_rendered(qwen: Tokenizer, cut
     )
     assert first.status == "incomplete"
     [made] = [i for i in first.output if i.type == "function_call"]
-    # What the model wrote, never more (at 18 tokens the object is whole, its tag is not).
+    # What the model wrote, never more.
     assert made.status == "incomplete" and '{"city": "Paris"}'.startswith(made.arguments)
     result = {"type": "function_call_output", "call_id": made.call_id, "output": "sun"}
     with pytest.raises(openai.BadRequestError, match="unknown call id"):

@@ -53,6 +53,8 @@ UNTRAINABLE |= {("glm4.7", None), ("glm4.7", True)}
 #: Gemma 4 thinking off (its default): the prompt writes an empty thought channel that history
 #: never has.
 UNTRAINABLE |= {("gemma4", None), ("gemma4", False)}
+#: MiniMax-M2: its prompt opens ``<think>\n`` and history drops the thought of earlier turns.
+UNTRAINABLE |= {("minimax-m2", None)}
 #: Dialects whose parser reads every reply as starting inside a thought, where the prompt after
 #: tool results opens none (DeepSeek R1, V3.1 thinking): the answer is checked as what the parse
 #: holds in all.

@@ -24,7 +24,7 @@ from ..errors import SchemaError, ValidationError
 from ..grammar import CallRules, Grammar, ToolLike, Trigger, thought_first
 from ..grammar.gbnf import literal
 from ..grammar.schema import SchemaConverter
-from ..messages import Conversation, Message, Tool
+from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Segment
 from ..validation import check_common
 from .base import Dialect, StreamParser
@@ -40,7 +40,7 @@ from .parsers.minimax import (
     render_invoke,
 )
 from .parsers.think import ThinkParser
-from .parsers.xmlcalls import Schemas, schema_types
+from .parsers.xmlcalls import Schemas, schema_types, tool_schemas
 
 BEGIN = "]~!b["
 ROLE = "]~b]"
@@ -82,14 +82,9 @@ class MiniMaxM2(Dialect):
         """This dialect with a request's ``tools``: its parser types each call's values by the
         tool's schema (a string stays a string; other values are read as JSON of their type
         when they parse, as a string when not)."""
-        schemas: dict[str, Mapping[str, Any]] = {}
-        for t in tools:
-            fn = Tool.of(t).function
-            params = fn.get("parameters")
-            props = params.get("properties") if isinstance(params, Mapping) else None
-            schemas[fn["name"]] = props if isinstance(props, Mapping) else {}
         configured = copy.copy(self)
-        configured.tool_schemas = schemas
+        # The same reading as Qwen3-Coder's (``$ref`` into ``$defs`` resolved).
+        configured.tool_schemas = tool_schemas(tools)
         return configured
 
     # ==== Validation ====

@@ -22,6 +22,10 @@ from .calls import CallStream, cut_problem
 _TEXT, _OPEN, _ELEM, _JSON, _SEP, _AFTER, _SKIP = range(7)
 
 
+#: The most characters a call's name may take (with the whitespace around it) before the text
+#: is no call: names are at most 64 characters under OpenAI's rule.
+_MAX_NAME = 256
+
 class _Streams:
     """Output shared by both parsers: text, calls, the safe part of an open call's arguments."""
 
@@ -224,6 +228,7 @@ class NamedCallsParser(_Streams, StreamParser):
         self._mode = _TEXT
         self._raw: list[str] = []  # the call's text so far, kept for degrading
         self._name: list[str] = []
+        self._name_chars = 0  # characters written where the name goes (bounded)
         self._id: list[str] = []
         self._scan: CallScanner | None = None
         self._fed = 0  # characters of the arguments fed to the scanner
@@ -243,6 +248,7 @@ class NamedCallsParser(_Streams, StreamParser):
         if token == self._calls_control and mode in (_TEXT, _DONE_MODE, _SKIP):
             self._mode, self._raw, self._name, self._id = _NAME_MODE, [token], [], []
             self._had_id = False
+            self._name_chars = 0
         elif token == self._id_control and mode == _NAME_MODE:
             self._mode, self._had_id = _ID_MODE, True
             self._raw.append(token)
@@ -265,10 +271,20 @@ class NamedCallsParser(_Streams, StreamParser):
         elif mode in (_NAME_MODE, _ID_MODE):
             self._raw.append(text)
             (self._name if mode == _NAME_MODE else self._id).append(text)
-            name = "".join(self._name).strip(WS)
-            if mode == _NAME_MODE and name and not self._valid_name(name):
-                # Every prefix of a name is a name: this will not become one.
-                self._degrade("the text after [TOOL_CALLS] is not a function name")
+            if mode == _NAME_MODE:
+                # The name is joined only while it is short (a run of spaces would otherwise
+                # be re-joined at every chunk); past the bound it is judged once, as a whole,
+                # so any chunking reaches the same verdict.
+                self._name_chars += len(text)
+                name = "".join(self._name).strip(WS)
+                if name and not self._valid_name(name):
+                    # Every prefix of a name is a name: this will not become one.
+                    self._degrade("the text after [TOOL_CALLS] is not a function name")
+                elif self._name_chars > _MAX_NAME:
+                    self._degrade(
+                        f"the text after [TOOL_CALLS] runs past {_MAX_NAME} characters "
+                        "without a function name ending"
+                    )
         elif mode == _ARGS_MODE:
             self._on_args(text)
         elif mode == _DONE_MODE:
