@@ -89,6 +89,10 @@ def reference_parse(output: str) -> list[tuple[str, str, Any]]:
         if not name:
             out.append(("text", metadata, ref_text(content)))
         elif name == "interpreter":
+            if not content.strip():
+                # No code at all: the demo would run nothing; chatfmt reports the segment as
+                # an incomplete call (nothing to run) and keeps no message for it.
+                continue
             out.append(("call", name, {"code": ref_code(content)}))
         else:
             try:
@@ -156,14 +160,32 @@ def check_consistency(events: list[Event], result: ParseResult) -> None:
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert text == (result.content or "")
     calls = result.tool_calls
+    # Every announced call ends either complete (in a message) or incomplete (reported apart:
+    # an interpreter segment with no code, a fence left open), never both, never neither.
     starts = [e for e in events if isinstance(e, ToolCallStart)]
-    assert [(s.id, s.name) for s in starts] == [(c.id, c.name) for c in calls]
-    for k, c in enumerate(calls):
-        args = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta) and e.index == k)
+    ends = {e.index: e.complete for e in events if isinstance(e, ToolCallEnd)}
+    assert sorted(ends) == [s.index for s in starts]
+    complete = [s for s in starts if ends[s.index]]
+    assert [(s.id, s.name) for s in complete] == [(c.id, c.name) for c in calls]
+    incomplete = [s for s in starts if not ends[s.index]]
+    assert [(s.id, s.name) for s in incomplete] == [
+        (c.id, c.name) for c in result.incomplete_calls
+    ]
+    for s, c in zip(complete, calls, strict=True):
+        args = "".join(
+            e.arguments for e in events if isinstance(e, ToolCallDelta) and e.index == s.index
+        )
         assert args == c.arguments
-    assert sum(isinstance(e, ToolCallEnd) for e in events) == len(calls)
-    ends = [e.metadata for e in events if isinstance(e, SegmentEnd)]
-    assert ends == [m.metadata for m in result.messages]
+    # Each segment ends with a SegmentEnd; one whose call was incomplete has no message.
+    kept_ends, cut = [], False
+    for e in events:
+        if isinstance(e, ToolCallEnd) and not e.complete:
+            cut = True
+        elif isinstance(e, SegmentEnd):
+            if not cut:
+                kept_ends.append(e.metadata)
+            cut = False
+    assert kept_ends == [m.metadata for m in result.messages]
     assert isinstance(events[-1], Finish)
     assert events[-1].reason == result.finish_reason
 
@@ -543,7 +565,13 @@ def test_stream_equals_whole_and_reference(output: str, cuts: list[int], reason:
     assert streamed.warnings == whole.warnings
     assert streamed.finish_reason == whole.finish_reason
     check_consistency(events, streamed)
-    assert summary(whole) == reference_parse(output)
+    if reason == "stop":
+        assert summary(whole) == reference_parse(output)
+    else:
+        # Cut by length: a call still open is incomplete (the demo's parser has no notion of a
+        # cut); the text segments are still the demo's.
+        texts = [s for s in summary(whole) if s[0] == "text"]
+        assert texts == [s for s in reference_parse(output) if s[0] == "text"][: len(texts)]
 
 
 @given(OUTPUTS.filter(lambda s: "\u2581" not in s))  # U+2581 decodes to " " (see TEXT)

@@ -407,11 +407,21 @@ class SegmentParser(StreamParser):
             return
         # The code is the arguments' one string: closing it is the JSON chatfmt wraps it in.
         calls.stream('"}')
+        self._close_call(meta, body)
+
+    def _close_call(self, meta: str, body: str) -> None:
+        """End the open call and keep it as the segment's message when it is runnable (its
+        arguments are one JSON object a client can read: ``CallStream.end`` checks them, and
+        code holding a lone surrogate, say, is not)."""
+        calls = self._calls
         calls.end()
+        call = calls.open
+        complete = call is not None and call.complete
         calls.record(body)
-        self._messages.append(
-            Message(role="assistant", metadata=meta, tool_calls=(calls.complete[-1],))
-        )
+        if complete:
+            self._messages.append(
+                Message(role="assistant", metadata=meta, tool_calls=(calls.complete[-1],))
+            )
 
     def _end_call(self, seg: _Segment, meta: str, body: str) -> list[Event]:
         name = meta.strip()
@@ -432,11 +442,7 @@ class SegmentParser(StreamParser):
         calls = self._calls
         calls.start(name)
         calls.stream(json.dumps(arguments, ensure_ascii=False))
-        calls.end()
-        calls.record(body)
-        self._messages.append(
-            Message(role="assistant", metadata=meta, tool_calls=(calls.complete[-1],))
-        )
+        self._close_call(meta, body)
         return self._take([])
 
     def _end_text(
