@@ -597,7 +597,12 @@ def test_deltas_are_prefix_stable(output: str, cuts: list[int]) -> None:
     parser = dialect().stream_parser()
     text = ""
     args: dict[int, str] = {}
-    final_args = [c.arguments for c in whole.tool_calls]
+    # Every announced call's final arguments by its index: the complete calls in order, and
+    # the incomplete ones (a code-less interpreter segment, say) with what they streamed.
+    partial = {c.index: c.arguments for c in whole.incomplete_calls}
+    complete = iter(c.arguments for c in whole.tool_calls)
+    total = len(partial) + len(whole.tool_calls)
+    final_args = [partial[k] if k in partial else next(complete) for k in range(total)]
     for piece in _until_stop(ChatGLM3().pieces(output, None)):
         for sub in chunk(piece, cuts) if isinstance(piece, str) else [piece]:
             for e in parser.feed(sub):
