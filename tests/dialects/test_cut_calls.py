@@ -88,7 +88,7 @@ EXTRA = "zz_more"  # a key no generated arguments hold
 scalar = (
     st.none()
     | st.booleans()
-    | st.integers(-10**6, 10**6)
+    | st.integers(-(10**6), 10**6)
     | st.text(st.sampled_from('ab /"\\é🙂{}[],:\n'), max_size=8)
 )
 arguments = st.dictionaries(st.sampled_from(["path", "q", "n", "x"]), scalar, max_size=3)
@@ -201,7 +201,7 @@ def _as_parsed(name: str, calls: list[tuple[str, dict[str, Any]]]) -> Any:
     if name not in ("qwen3-coder", "qwen3.5", "minimax-m2", "glm4.6", "glm4.7"):
         return calls
     from chatfmt.dialects.parsers.minimax import json_value_text
-    from chatfmt.dialects.parsers.xmlcalls import render_value, typed_value
+    from chatfmt.dialects.parsers.values import render_value, typed_value
 
     if name in ("minimax-m2", "glm4.6", "glm4.7"):  # strings as they are, others as JSON
 
@@ -348,9 +348,7 @@ def test_no_completed_call_is_runnable_from_ids(name: str, request: pytest.Fixtu
         for reason in ("stop", "length"):
             events, streamed = _parse(dialect, [[i] for i in ids[:k]], tok, reason)  # type: ignore[arg-type]
             whole_events, whole = _parse(dialect, [ids[:k]], tok, reason)  # type: ignore[arg-type]
-            _check_rule(
-                reply, shown, _as_parsed(name, calls), closes, whole_events, whole, reason
-            )
+            _check_rule(reply, shown, _as_parsed(name, calls), closes, whole_events, whole, reason)
             assert merge_deltas(events) == merge_deltas(whole_events)
             assert streamed.to_openai() == whole.to_openai()
             assert [event_json(e) for e in events]  # every event serialises

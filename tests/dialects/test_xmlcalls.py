@@ -18,7 +18,7 @@ from streams import outcome, run_turn
 from chatfmt import get_dialect
 from chatfmt.decoding import ControlSplitter, TurnDecoder
 from chatfmt.dialects.base import Dialect
-from chatfmt.dialects.parsers.xmlcalls import render_value, tool_schemas, typed_value
+from chatfmt.dialects.parsers.values import render_value, tool_schemas, typed_value
 from chatfmt.dialects.qwen3_coder import Qwen3Coder, Qwen35
 from chatfmt.events import (
     Event,

@@ -43,7 +43,7 @@ from .parsers.gemma4 import (
     format_parts,
 )
 from .parsers.think import ThinkParser
-from .parsers.xmlcalls import Schemas, tool_schemas
+from .parsers.values import Schemas, tool_schemas
 
 BOS, EOS = "<bos>", "<eos>"
 TURN, TURN_END = "<|turn>", "<turn|>"

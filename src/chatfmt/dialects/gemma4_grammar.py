@@ -19,7 +19,7 @@ from ..grammar import CallRules, Grammar, ToolLike, Trigger, thought_first
 from ..grammar.gbnf import literal
 from ..grammar.schema import SchemaConverter
 from .parsers.gemma4 import CALL, CALL_END, CALL_HEAD, QUOTE, sorted_items
-from .parsers.xmlcalls import schema_types
+from .parsers.values import schema_types
 
 _Q = literal(QUOTE)
 # A string's text: anything without "<|" (so it cannot run past its closing quote token).

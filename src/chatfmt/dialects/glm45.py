@@ -45,7 +45,7 @@ from .parsers.glmxml import (
     glm_call_grammar,
 )
 from .parsers.think import ThinkParser
-from .parsers.xmlcalls import Schemas, tool_schemas
+from .parsers.values import Schemas, tool_schemas
 from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END, split_thought
 
 GMASK, SOP, ENDOFTEXT = "[gMASK]", "<sop>", "<|endoftext|>"
@@ -103,7 +103,7 @@ class _GLM45(Dialect):
 
     def with_tools(self, tools: Sequence[ToolLike]) -> _GLM45:
         """This dialect with a request's ``tools``: its parser types each call's values by the
-        tool's schema (see :func:`~.parsers.xmlcalls.typed_value`)."""
+        tool's schema (see :func:`~.parsers.values.typed_value`)."""
         configured = copy.copy(self)
         configured.tool_schemas = tool_schemas(tools)
         return configured

@@ -40,7 +40,7 @@ from .parsers.minimax import (
     render_invoke,
 )
 from .parsers.think import ThinkParser
-from .parsers.xmlcalls import Schemas, schema_types, tool_schemas
+from .parsers.values import Schemas, schema_types, tool_schemas
 
 BEGIN = "]~!b["
 ROLE = "]~b]"

@@ -11,7 +11,7 @@ Qwen3's history rule (reasoning kept only after the last real user query), where
 after that query shows its thought, empty or not. The generation prompt opens the thought, or
 closes an empty one when thinking is off.
 
-Both write a call's values as the templates do (``parsers/xmlcalls.render_value``) and read them
+Both write a call's values as the templates do (``parsers/values.render_value``) and read them
 back typed by the tools' schemas: :meth:`~XMLCallsMixin.with_tools` gives a dialect whose parser
 knows a request's tools; without it values that look like JSON are read as JSON.
 """
@@ -30,15 +30,13 @@ from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from .base import StreamParser
 from .chatml import ENDOFTEXT, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END
+from .parsers.values import Schemas, render_value, tool_schemas
 from .parsers.xmlcalls import (
     FUNCTION,
     FUNCTION_END,
     PARAMETER,
     PARAMETER_END,
-    Schemas,
     XMLCallParser,
-    render_value,
-    tool_schemas,
     value_rule,
 )
 from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END, Qwen3, split_thought

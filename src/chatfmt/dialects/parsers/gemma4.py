@@ -32,7 +32,8 @@ from ...jsonscan import WS
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
 from .minimax import json_value_text
-from .xmlcalls import MAX_NAME, Schemas, schema_types
+from .values import Schemas, schema_types
+from .xmlcalls import MAX_NAME
 
 QUOTE = '<|"|>'
 CALL = "<|tool_call>"

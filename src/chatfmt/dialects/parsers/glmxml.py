@@ -11,7 +11,7 @@ GLM-4.5 and 4.6 write each call on lines of its own, GLM-4.7 writes it compact::
 
 One parser reads both: whitespace between the elements of a call is layout. A value is raw
 text (the templates write a string as it is and anything else as JSON), typed by the tool's
-schema when the parser has it (:func:`~.xmlcalls.typed_value`, shared with Qwen3-Coder's XML
+schema when the parser has it (:func:`~.values.typed_value`, shared with Qwen3-Coder's XML
 calls). Arguments stream as JSON, one :class:`~chatfmt.events.ToolCallDelta` per value once its
 ``</arg_value>`` arrives, and ``</tool_call>`` closes the object: a call is complete there, and
 one the output ended inside is incomplete (``calls.py``'s cut-off rule).
@@ -33,15 +33,8 @@ from ...grammar.gbnf import literal
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
 from .deepseek import valid_name
-from .xmlcalls import (
-    MAX_NAME,
-    Schemas,
-    json_text,
-    parameter_schema,
-    render_value,
-    typed_value,
-    value_rule,
-)
+from .values import Schemas, json_text, parameter_schema, render_value, typed_value
+from .xmlcalls import MAX_NAME, value_rule
 
 TOOL_CALL = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"

@@ -13,7 +13,7 @@ The model writes its calls after its text as one block::
 
 A parameter's value is raw text: the template writes a string as it is and any other value as
 JSON, so a value gets its type from the tool's schema when the parser has it
-(:func:`~.xmlcalls.typed_value`, shared with Qwen3-Coder's XML calls). Arguments stream as
+(:func:`~.values.typed_value`, shared with Qwen3-Coder's XML calls). Arguments stream as
 JSON, one :class:`~chatfmt.events.ToolCallDelta` per parameter as it closes, and
 ``</invoke>`` closes the object. A call is complete at ``</invoke>``; one the output ended
 inside, or that a block end or another ``<invoke`` interrupted, is incomplete (``calls.py``'s
@@ -32,7 +32,8 @@ from ...events import Event, Finish, ParseResult, TextDelta
 from ...jsonscan import WS
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
-from .xmlcalls import MAX_NAME, Schemas, parameter_schema, typed_value
+from .values import Schemas, parameter_schema, typed_value
+from .xmlcalls import MAX_NAME
 
 BLOCK = "<minimax:tool_call>"
 BLOCK_END = "</minimax:tool_call>"
