@@ -69,13 +69,13 @@ def _deepseek_v31() -> Dialect:
 
 
 def _deepseek_v32() -> Dialect:
-    from .deepseek import DeepSeekV32
+    from .deepseek_dsml import DeepSeekV32
 
     return DeepSeekV32()
 
 
 def _deepseek_v4() -> Dialect:
-    from .deepseek import DeepSeekV4
+    from .deepseek_dsml import DeepSeekV4
 
     return DeepSeekV4()
 
