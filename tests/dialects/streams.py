@@ -3,6 +3,7 @@ of the same output must agree on (everything but the random call ids)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from chatfmt.decoding import TurnDecoder
@@ -30,3 +31,18 @@ def run_turn(dialect: Dialect, tokenizer: Tokenizer | None, feed: list[Any]) -> 
     turn = TurnDecoder(dialect, tokenizer)
     events = [e for x in feed for e in (turn.feed_ids([x]) if tokenizer else turn.feed_text(x))]
     return outcome(events + turn.finish(), turn.result())
+
+
+def run_in_chunks(
+    dialect: Dialect, output: str, chunk: int, *, length: bool = False
+) -> tuple[list[Event], ParseResult]:
+    """The merged events and result of ``output`` fed ``chunk`` characters at a time, call ids
+    numbered from ``call_0`` (what the parse goldens record)."""
+    counter = itertools.count()
+    parser = dialect.stream_parser(id_factory=lambda: f"call_{next(counter)}")
+    turn = TurnDecoder(dialect, parser=parser)
+    events = [
+        e for k in range(0, len(output), chunk) for e in turn.feed_text(output[k : k + chunk])
+    ]
+    events += turn.finish("length" if length else "stop")
+    return merge_deltas(events), turn.result()

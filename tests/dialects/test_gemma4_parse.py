@@ -5,7 +5,6 @@ goldens from the template's own call notation."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -15,21 +14,17 @@ from goldens import check_json, check_jsonl, parse_cases, read_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from standins import standin
-from streams import run_turn
+from streams import run_in_chunks, run_turn
 
 from chatfmt import get_dialect
-from chatfmt.decoding import TurnDecoder
 from chatfmt.dialects.gemma4 import Gemma4
 from chatfmt.events import (
-    Event,
-    ParseResult,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
     event_json,
-    merge_deltas,
 )
 from chatfmt.tokenizers.base import Tokenizer
 
@@ -85,17 +80,7 @@ def test_whole_text_chunks_and_ids_agree(
     assert outcome(*by_id) == outcome(*whole)
 
 
-def _run(
-    dialect: Gemma4, output: str, chunk: int, *, length: bool = False
-) -> tuple[list[Event], ParseResult]:
-    counter = itertools.count()
-    parser = dialect.stream_parser(id_factory=lambda: f"call_{next(counter)}")
-    turn = TurnDecoder(dialect, parser=parser)
-    events = [
-        e for k in range(0, len(output), chunk) for e in turn.feed_text(output[k : k + chunk])
-    ]
-    events += turn.finish("length" if length else "stop")
-    return merge_deltas(events), turn.result()
+_run = run_in_chunks
 
 
 # ==== By hand ====

@@ -4,7 +4,6 @@ JSON list; cut-off calls incomplete; parse goldens from the model's documented o
 
 from __future__ import annotations
 
-import itertools
 import sys
 from pathlib import Path
 
@@ -14,22 +13,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from standins import standin
 
-from chatfmt.decoding import TurnDecoder
 from chatfmt.dialects.nemotron import NemotronNano2
 from chatfmt.events import (
-    Event,
-    ParseResult,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
     event_json,
-    merge_deltas,
 )
 from chatfmt.tokenizers.base import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from streams import run_in_chunks
+
 from test_decoding import CUTS, as_ids, as_text, chunks, outcome, outputs, run_ids, run_text
 
 CONTROLS = list(NemotronNano2.controls)
@@ -63,17 +60,7 @@ def test_whole_text_chunks_and_ids_agree(
     assert outcome(*by_id) == outcome(*whole)
 
 
-def _run(
-    dialect: NemotronNano2, output: str, chunk: int, *, length: bool = False
-) -> tuple[list[Event], ParseResult]:
-    counter = itertools.count()
-    parser = dialect.stream_parser(id_factory=lambda: f"call_{next(counter)}")
-    turn = TurnDecoder(dialect, parser=parser)
-    events = [
-        e for k in range(0, len(output), chunk) for e in turn.feed_text(output[k : k + chunk])
-    ]
-    events += turn.finish("length" if length else "stop")
-    return merge_deltas(events), turn.result()
+_run = run_in_chunks
 
 
 def _calls(*calls: tuple[str, str]) -> str:
