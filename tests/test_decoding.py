@@ -233,6 +233,18 @@ def case(request: pytest.FixtureRequest) -> tuple[Dialect, Tokenizer, tuple[list
     return get_dialect(name), tok, family
 
 
+def assert_whole_chunks_ids_agree(
+    dialect: Dialect, tok: Tokenizer, pieces: list[Any], cuts: list[int]
+) -> tuple[list[Event], ParseResult]:
+    """The output of ``pieces`` parses the same whole, in the chunks ``cuts`` makes, and as
+    ids of ``tok`` one at a time; the whole parse is returned."""
+    text = as_text(pieces)
+    whole = run_text(dialect, [text])
+    assert outcome(*run_text(dialect, chunks(text, cuts))) == outcome(*whole)
+    assert outcome(*run_ids(dialect, tok, as_ids(tok, pieces))) == outcome(*whole)
+    return whole
+
+
 @given(data=st.data())
 def test_whole_text_chunks_and_ids_agree(
     case: tuple[Dialect, Tokenizer, tuple[list[str], list[str]]], data: st.DataObject
@@ -241,11 +253,7 @@ def test_whole_text_chunks_and_ids_agree(
     pieces = data.draw(outputs(controls, parts), label="pieces")
     cuts = data.draw(CUTS, label="cuts")
     text = as_text(pieces)
-    whole = run_text(dialect, [text])
-    streamed = run_text(dialect, chunks(text, cuts))
-    by_id = run_ids(dialect, tok, as_ids(tok, pieces))
-    assert outcome(*streamed) == outcome(*whole)
-    assert outcome(*by_id) == outcome(*whole)
+    whole = assert_whole_chunks_ids_agree(dialect, tok, pieces, cuts)
     parsed = dialect.parse(text)
     assert outcome([], parsed)[1:] == outcome(*whole)[1:]
 

@@ -29,7 +29,7 @@ from chatfmt.events import (
 from chatfmt.tokenizers.base import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from test_decoding import CUTS, as_ids, as_text, chunks, outcome, outputs, run_ids, run_text
+from test_decoding import CUTS, assert_whole_chunks_ids_agree, outputs
 
 TOOLS = [
     {
@@ -73,11 +73,7 @@ def test_whole_text_chunks_and_ids_agree(
     dialect = Gemma4().with_reasoning(enabled=thinking)
     pieces = data.draw(outputs(CONTROLS, PARTS), label="pieces")
     cuts = data.draw(CUTS, label="cuts")
-    text = as_text(pieces)
-    whole = run_text(dialect, [text])
-    assert outcome(*run_text(dialect, chunks(text, cuts))) == outcome(*whole)
-    by_id = run_ids(dialect, gemma4_standin, as_ids(gemma4_standin, pieces))
-    assert outcome(*by_id) == outcome(*whole)
+    assert_whole_chunks_ids_agree(dialect, gemma4_standin, pieces, cuts)
 
 
 _run = run_in_chunks

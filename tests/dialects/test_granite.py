@@ -28,7 +28,7 @@ from chatfmt.messages import load_conversation
 from chatfmt.tokenizers.base import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from test_decoding import CUTS, as_ids, as_text, chunks, outcome, outputs, run_ids, run_text
+from test_decoding import CUTS, assert_whole_chunks_ids_agree, outputs
 
 MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
 # The generated conversations must cover 500 per template (one property each).
@@ -125,11 +125,7 @@ def test_whole_text_chunks_and_ids_agree(
     dialect = get_dialect(name)
     pieces = data.draw(outputs(CONTROLS, PARTS), label="pieces")
     cuts = data.draw(CUTS, label="cuts")
-    text = as_text(pieces)
-    whole = run_text(dialect, [text])
-    assert outcome(*run_text(dialect, chunks(text, cuts))) == outcome(*whole)
-    by_id = run_ids(dialect, granite_standin, as_ids(granite_standin, pieces))
-    assert outcome(*by_id) == outcome(*whole)
+    assert_whole_chunks_ids_agree(dialect, granite_standin, pieces, cuts)
 
 
 # ==== Goldens ====

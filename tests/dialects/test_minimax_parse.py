@@ -28,7 +28,7 @@ from chatfmt.events import (
 from chatfmt.tokenizers.base import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from test_decoding import CUTS, as_ids, as_text, chunks, outcome, outputs, run_ids, run_text
+from test_decoding import CUTS, assert_whole_chunks_ids_agree, outputs
 
 TOOLS = [
     {
@@ -71,11 +71,7 @@ def test_whole_text_chunks_and_ids_agree(minimax_standin: Tokenizer, data: st.Da
     dialect = MiniMaxM2()
     pieces = data.draw(outputs(CONTROLS, PARTS), label="pieces")
     cuts = data.draw(CUTS, label="cuts")
-    text = as_text(pieces)
-    whole = run_text(dialect, [text])
-    assert outcome(*run_text(dialect, chunks(text, cuts))) == outcome(*whole)
-    by_id = run_ids(dialect, minimax_standin, as_ids(minimax_standin, pieces))
-    assert outcome(*by_id) == outcome(*whole)
+    assert_whole_chunks_ids_agree(dialect, minimax_standin, pieces, cuts)
 
 
 _run = run_in_chunks

@@ -28,7 +28,11 @@ from chatfmt.tokenizers.base import Tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from streams import run_in_chunks
 
-from test_decoding import CUTS, as_ids, as_text, chunks, outcome, outputs, run_ids, run_text
+from test_decoding import (
+    CUTS,
+    assert_whole_chunks_ids_agree,
+    outputs,
+)
 
 TOOLS = [
     {
@@ -68,11 +72,7 @@ def test_whole_text_chunks_and_ids_agree(
     dialect = Nemotron3().with_reasoning(enabled=thinking)
     pieces = data.draw(outputs(CONTROLS, PARTS), label="pieces")
     cuts = data.draw(CUTS, label="cuts")
-    text = as_text(pieces)
-    whole = run_text(dialect, [text])
-    assert outcome(*run_text(dialect, chunks(text, cuts))) == outcome(*whole)
-    by_id = run_ids(dialect, nemotron3_standin, as_ids(nemotron3_standin, pieces))
-    assert outcome(*by_id) == outcome(*whole)
+    assert_whole_chunks_ids_agree(dialect, nemotron3_standin, pieces, cuts)
 
 
 _run = run_in_chunks

@@ -27,7 +27,11 @@ from chatfmt.tokenizers.base import Tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from streams import run_in_chunks
 
-from test_decoding import CUTS, as_ids, as_text, chunks, outcome, outputs, run_ids, run_text
+from test_decoding import (
+    CUTS,
+    assert_whole_chunks_ids_agree,
+    outputs,
+)
 
 CONTROLS = list(NemotronNano2.controls)
 PARTS = [
@@ -53,11 +57,7 @@ def test_whole_text_chunks_and_ids_agree(
     dialect = NemotronNano2().with_reasoning(enabled=thinking)
     pieces = data.draw(outputs(CONTROLS, PARTS), label="pieces")
     cuts = data.draw(CUTS, label="cuts")
-    text = as_text(pieces)
-    whole = run_text(dialect, [text])
-    assert outcome(*run_text(dialect, chunks(text, cuts))) == outcome(*whole)
-    by_id = run_ids(dialect, nano2_standin, as_ids(nano2_standin, pieces))
-    assert outcome(*by_id) == outcome(*whole)
+    assert_whole_chunks_ids_agree(dialect, nano2_standin, pieces, cuts)
 
 
 _run = run_in_chunks
