@@ -3,6 +3,7 @@ that stop it before anything is written (exit status 2, the problem and the fix 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,11 @@ def export(*argv: str) -> int:
     return main(["dataset", "export", *argv])
 
 
-def a_store(path: Path) -> Path:
+def a_store(path: Path, stop: int | None = 9) -> Path:
     store = ResponseStore(path)
     say = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
     body = {"id": "resp_1", "object": "response", "previous_response_id": None}
-    store.put(owner_of("key-a"), body, [], say, ExactIds("v", 0, [5, 6, 7, 8], 2))
+    store.put(owner_of("key-a"), body, [], say, ExactIds("v", 0, [5, 6, 7, 8], 2, stop))
     store.close()
     return path
 
@@ -38,9 +39,20 @@ def test_parquet_columns(tmp_path: Path) -> None:
         "attention_mask", "num_tokens", "num_trained",
     ]  # fmt: skip
     [row] = table.to_pylist()
-    assert row["input_ids"] == [5, 6, 7, 8] and row["labels"] == [-100, -100, 7, 8]
+    # The stored ids, then the stop token the reply ended on: trained with the reply.
+    assert row["input_ids"] == [5, 6, 7, 8, 9] and row["labels"] == [-100, -100, 7, 8, 9]
     assert (row["id"], row["owner"], row["source"]) == ("resp_1", owner_of("key-a"), "exact")
-    assert row["num_tokens"] == 4 and row["num_trained"] == 2
+    assert row["num_tokens"] == 5 and row["num_trained"] == 3
+
+
+def test_rows_stored_before_stops_were_kept_are_counted(tmp_path: Path, capsys: Any) -> None:
+    store = a_store(tmp_path / "r.sqlite3", stop=None)
+    out, report = tmp_path / "out.jsonl", tmp_path / "report.json"
+    assert export("--store", str(store), "-o", str(out), "--report", str(report)) == 0
+    [row] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["input_ids"] == [5, 6, 7, 8] and row["labels"] == [-100, -100, 7, 8]
+    assert "ending without their last stop token" in capsys.readouterr().err
+    assert json.loads(report.read_text())["exact_without_stop"] == 1
 
 
 def test_owner_and_dates(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ def test_info_delete_and_prune(tmp_path: Path) -> None:
     assert info.returncode == 0, info.stderr
     shown = json.loads(info.stdout)
     assert shown["responses"] == 6 and shown["conversations"] == 1
-    assert shown["owners_with_responses"] == 3 and shown["schema_version"] == 5
+    assert shown["owners_with_responses"] == 3 and shown["schema_version"] == 6
 
     keys = tmp_path / "keys.txt"
     keys.write_text("# Alice asked for her data to be deleted\nalice-key\n")

@@ -65,7 +65,7 @@ def test_info_reads_without_changing_the_file(tmp_path: Path) -> None:
     before = path.read_bytes()
     shown = read_info(path)
     assert shown["responses"] == 1 and shown["conversations"] == 1
-    assert shown["owners_with_responses"] == 1 and store_version(path) == 5
+    assert shown["owners_with_responses"] == 1 and store_version(path) == 6
     assert path.read_bytes() == before
     assert store.info()["max_mb"] is None and store.info()["disk_bytes"] > 0
     store.close()

@@ -23,7 +23,7 @@ def test_schema_is_versioned_and_reopening_keeps_the_data(tmp_path: Path) -> Non
     store.close()
     assert path.stat().st_mode & 0o777 == 0o600  # conversations are private
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     again = ResponseStore(path)
     assert again.conversation("o", "resp_1") == [{"role": "user", "content": "hi"}]
@@ -61,7 +61,7 @@ def test_version_3_rows_migrate_and_continue_by_rendering(tmp_path: Path) -> Non
     store = ResponseStore(path)
     chain = store.chain("o", "r1")
     assert chain is not None and chain.messages[0]["content"] == "old" and chain.ids is None
-    assert store.info()["schema_version"] == 5
+    assert store.info()["schema_version"] == 6
     # Schema 5's index: one owner's web conversations in time order, for eviction.
     indexes = rows(store, "SELECT name FROM sqlite_master WHERE type = 'index'")
     assert ("conversations_owner_updated",) in indexes

@@ -1,9 +1,9 @@
 """``chatfmt dataset export`` end to end, on both store backends: a scripted engine served
 through ``create_app`` runs a Responses tool loop (a call, its result, an answer, one more
 question) chained by ``previous_response_id``; the export's ``input_ids`` are the engine's
-last prompt and what it produced after it, id for id, and its labels are exactly the ids the
-engine produced in every exchange. What kept no ids is rendered and flagged, or skipped and
-counted."""
+last prompt and what it produced after it, id for id, the stop token it ended on included,
+and its labels are exactly the ids the engine produced in every exchange. What kept no ids
+is rendered and flagged, or skipped and counted."""
 
 from __future__ import annotations
 
@@ -71,10 +71,12 @@ def odd_ids(tok: Tokenizer, text: str) -> list[int]:
 
 
 class Served:
-    """The engine's script, and what it produced for each prompt (its stop token included)."""
+    """The engine's script, and what it produced for each prompt (its stop token included:
+    ``stop``, ``<|im_end|>`` or Qwen's other stop token ``<|endoftext|>``)."""
 
-    def __init__(self, tok: Tokenizer) -> None:
+    def __init__(self, tok: Tokenizer, stop: str = "<|im_end|>") -> None:
         self.tok = tok
+        self.stop = stop
         self.produced: list[list[int]] = []
 
     def __call__(self, prompt: list[int]) -> list[int]:
@@ -85,7 +87,7 @@ class Served:
             text = BARE_CALL
         else:
             text = "You are welcome!"
-        reply = [*odd_ids(self.tok, text), self.tok.controls["<|im_end|>"]]
+        reply = [*odd_ids(self.tok, text), self.tok.controls[self.stop]]
         self.produced.append(reply)
         return reply
 
@@ -101,8 +103,10 @@ def export(location: str, out: Path, *args: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
-async def tool_loop(store: Any, qwen: Tokenizer) -> tuple[FakeEngine, Served, list[str]]:
-    served = Served(qwen)
+async def tool_loop(
+    store: Any, qwen: Tokenizer, stop: str = "<|im_end|>"
+) -> tuple[FakeEngine, Served, list[str]]:
+    served = Served(qwen, stop)
     engine = FakeEngine(qwen, served, grammar_support="full")
     app = create_app(engine, get_dialect("qwen2.5"), model_name="m", store=store, api_key=["key-a"])
     c = client(app, "key-a")
@@ -138,27 +142,47 @@ async def test_the_export_is_the_served_ids_and_trains_what_the_engine_produced(
     [row] = export(location, tmp_path / "out.jsonl")
     assert row["id"] == rids[-1] and row["owner"] == owner_of("key-a")
     assert row["source"] == "exact" and row["kind"] == "response"
-    # The last prompt and the last reply as produced; the store keeps a reply without the
-    # stop token it ended on, so the row ends with the reply.
-    assert row["input_ids"] == p3 + r3[:-1]
-    assert row["attention_mask"] == [1] * len(p3 + r3[:-1])
+    # The last prompt and the last reply as produced, through the stop token it ended on.
+    assert row["input_ids"] == p3 + r3 and r3[-1] == im_end
+    assert row["attention_mask"] == [1] * len(p3 + r3)
     # Labels: every id the engine produced, where it stands in the ids — the call and the
-    # answers, and the stop tokens that ended the replies the conversation went on after.
-    spans = [(len(p1), r1), (len(p2), r2), (len(p3), r3[:-1])]
+    # answers, and the stop tokens that ended them.
+    spans = [(len(p1), r1), (len(p2), r2), (len(p3), r3)]
     expected = [IGNORE_INDEX] * len(row["input_ids"])
     for start, produced in spans:
         expected[start : start + len(produced)] = produced
     assert row["labels"] == expected
     assert expected[len(p1) + len(r1) - 1] == im_end == expected[len(p2) + len(r2) - 1]
-    assert row["num_trained"] == len(r1) + len(r2) + len(r3) - 1
+    assert row["num_trained"] == len(r1) + len(r2) + len(r3)
     # Not a re-render: the rendered conversation has a <tool_call> the model never wrote.
     rendered = export(location, tmp_path / "all.jsonl", "--every-response", "--owner", "key-a")
     assert [r["id"] for r in rendered] == rids
-    assert [r["input_ids"] for r in rendered] == [p1 + r1[:-1], p2 + r2[:-1], p3 + r3[:-1]]
+    assert [r["input_ids"] for r in rendered] == [p1 + r1, p2 + r2, p3 + r3]
     assert '<tool_call>\n{"name": "get_weather"' not in qwen.decode(row["input_ids"])
     # Another key's export, or a date before it all, has none of it.
     assert export(location, tmp_path / "b.jsonl", "--owner", "key-b") == []
     assert export(location, tmp_path / "d.jsonl", "--until", "2001-01-01") == []
+
+
+async def test_a_reply_ended_on_another_stop_token_exports_that_token(
+    store: Any, location: str, qwen: Tokenizer, tmp_path: Path
+) -> None:
+    """The model stops on ``<|endoftext|>``, Qwen's other stop token: the row ends with it,
+    trained. Later prompts show the format's ``<|im_end|>`` in its place (the model was never
+    shown its own), so there the row has the prompt's id and no loss."""
+    engine, served, _ = await tool_loop(store, qwen, stop="<|endoftext|>")
+    p1, p2, p3 = engine.prompts
+    r1, r2, r3 = served.produced
+    eot, im_end = qwen.controls["<|endoftext|>"], qwen.controls["<|im_end|>"]
+    assert r1[-1] == r2[-1] == r3[-1] == eot
+    assert p2[len(p1) + len(r1) - 1] == im_end  # the continuation writes the format's token
+    [row] = export(location, tmp_path / "out.jsonl")
+    assert row["input_ids"] == p3 + r3
+    expected = [IGNORE_INDEX] * len(row["input_ids"])
+    for start, produced in [(len(p1), r1[:-1]), (len(p2), r2[:-1]), (len(p3), r3)]:
+        expected[start : start + len(produced)] = produced
+    assert row["labels"] == expected and row["labels"][-1] == eot
+    assert row["num_trained"] == len(r1) + len(r2) + len(r3) - 2
 
 
 def test_rows_without_ids_are_rendered_and_flagged_or_skipped(
@@ -213,3 +237,29 @@ def test_exact_rows_start_at_a_prompt_rendered_afresh() -> None:
     # Ids that do not join, or a last exchange without ids: no exact row.
     assert exact_row([chain[0], ex("r2", ExactIds("v", 3, [5], 1))]) is None
     assert exact_row([chain[0], ex("r2", None)]) is None
+
+
+def test_exact_rows_end_with_the_stop_token_the_model_produced() -> None:
+    """The stored stop token of the last reply ends the row, trained; an earlier reply's stop
+    token is trained where the next prompt shows the same token, not where it shows the
+    format's own in place of another; rows stored before stops were kept end with the reply."""
+    from chatfmt.store import StoredExchange
+
+    def ex(rid: str, exact: ExactIds) -> StoredExchange:
+        return StoredExchange(rid, 0.0, [], exact)
+
+    n = IGNORE_INDEX
+    same = [
+        ex("r1", ExactIds("v", 0, [1, 2, 3], 1, 9)),
+        ex("r2", ExactIds("v", 3, [9, 4, 5], 1, 8)),
+    ]
+    row = exact_row(same)
+    assert row is not None and row.stopped
+    assert (row.input_ids, row.labels) == ([1, 2, 3, 9, 4, 5, 8], [n, n, 3, 9, n, 5, 8])
+    other = [ex("r1", ExactIds("v", 0, [1, 2, 3], 1, 7)), same[1]]
+    row = exact_row(other)
+    assert row is not None and row.labels == [n, n, 3, n, n, 5, 8]
+    old = [ex("r1", ExactIds("v", 0, [1, 2, 3], 1)), ex("r2", ExactIds("v", 3, [9, 4, 5], 1))]
+    row = exact_row(old)
+    assert row is not None and not row.stopped
+    assert (row.input_ids, row.labels) == ([1, 2, 3, 9, 4, 5], [n, n, 3, 9, n, 5])

@@ -330,6 +330,11 @@ def _print_export_report(report: ExportReport, output: Path) -> None:
             f"replies inside a prompt rendered afresh (in the ids, without loss): "
             f"{r.replies_untrained}"
         )
+    if r.no_stop:
+        lines.append(
+            f"exact rows ending without their last stop token (stored before chatfmt kept it; "
+            f"that stop untrained): {r.no_stop}"
+        )
     for reason, count in r.skipped.most_common():
         lines.append(f"skipped ({reason}): {count}, first {r.first_skipped[reason]}")
     print("\n".join(lines), file=sys.stderr)

@@ -106,6 +106,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             for event in ("insert", "update", "delete")
         ),
     ),
+    # The stop token each exact reply ended on (ExactIds.stop), for training exports.
+    ("ALTER TABLE responses ADD COLUMN stop INTEGER",),
 )
 
 #: The schema version this chatfmt writes.

@@ -56,8 +56,8 @@ def insert(
     """Write a response row (in the caller's transaction, after :func:`check_continues`)."""
     conn.execute(
         f"INSERT INTO {SCHEMA}.responses (id, owner, previous_id, created_at, response, "
-        "input_items, messages, view, ids_base, ids, reply) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "input_items, messages, view, ids_base, ids, reply, stop) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
             response["id"],
             owner,
@@ -70,6 +70,7 @@ def insert(
             None if exact is None else exact.base,
             None if exact is None else pack_ids(exact.tail),
             None if exact is None else exact.reply,
+            None if exact is None else exact.stop,
         ),
     )
 
@@ -178,12 +179,12 @@ def exchanges(conn: Conn, owner: str, response_id: str) -> list[StoredExchange] 
     earlier response of it is gone."""
     rows = conn.execute(
         f"WITH RECURSIVE up AS ("
-        f" SELECT id, previous_id, created_at, messages, view, ids_base, ids, reply, 1 AS depth"
-        f" FROM {SCHEMA}.responses WHERE id = %s AND owner = %s"
+        f" SELECT id, previous_id, created_at, messages, view, ids_base, ids, reply, stop,"
+        f" 1 AS depth FROM {SCHEMA}.responses WHERE id = %s AND owner = %s"
         f" UNION ALL SELECT r.id, r.previous_id, r.created_at, r.messages, r.view, r.ids_base,"
-        f" r.ids, r.reply, up.depth + 1 FROM {SCHEMA}.responses r"
+        f" r.ids, r.reply, r.stop, up.depth + 1 FROM {SCHEMA}.responses r"
         " JOIN up ON r.id = up.previous_id WHERE r.owner = %s AND up.depth < %s) "
-        "SELECT id, previous_id, created_at, messages, view, ids_base, ids, reply FROM up "
+        "SELECT id, previous_id, created_at, messages, view, ids_base, ids, reply, stop FROM up "
         "ORDER BY depth DESC",
         (response_id, owner, owner, MAX_CHAIN),
     ).fetchall()
@@ -196,10 +197,10 @@ def exchanges(conn: Conn, owner: str, response_id: str) -> list[StoredExchange] 
             "(deleted or past its age); start a new conversation"
         )
     found: list[StoredExchange] = []
-    for rid, _previous, created, added, view, base, tail, reply in rows:
+    for rid, _previous, created, added, view, base, tail, reply, stop in rows:
         exact = None
         if view is not None and base is not None and tail is not None and reply is not None:
-            exact = ExactIds(view, base, unpack_ids(bytes(tail)), reply)
+            exact = ExactIds(view, base, unpack_ids(bytes(tail)), reply, stop)
         found.append(StoredExchange(rid, float(created), json.loads(added), exact))
     return found
 

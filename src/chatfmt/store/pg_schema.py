@@ -120,6 +120,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         *_usage_triggers("responses", RESPONSE_BYTES),
         *_usage_triggers("conversations", CONVERSATION_BYTES),
     ),
+    # The stop token each exact reply ended on (ExactIds.stop), for training exports.
+    (f"ALTER TABLE {SCHEMA}.responses ADD COLUMN stop integer",),
 )
 
 #: The schema version this chatfmt writes in PostgreSQL (its own sequence: SQLite's

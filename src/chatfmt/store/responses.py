@@ -59,8 +59,8 @@ def insert(
     """Write a response row (in the caller's transaction, after :func:`check_continues`)."""
     db.execute(
         "INSERT INTO responses (id, owner, previous_id, created_at, response, input_items, "
-        "conversation, messages, view, ids_base, ids, reply) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "conversation, messages, view, ids_base, ids, reply, stop) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             response["id"],
             owner,
@@ -74,6 +74,7 @@ def insert(
             None if exact is None else exact.base,
             None if exact is None else pack_ids(exact.tail),
             None if exact is None else exact.reply,
+            None if exact is None else exact.stop,
         ),
     )
 
@@ -186,8 +187,8 @@ def exchanges(db: sqlite3.Connection, owner: str, response_id: str) -> list[Stor
     current: str | None = response_id
     while current is not None and len(found) < MAX_CHAIN:
         row = db.execute(
-            "SELECT previous_id, created_at, conversation, messages, view, ids_base, ids, reply "
-            "FROM responses WHERE id = ? AND owner = ?",
+            "SELECT previous_id, created_at, conversation, messages, view, ids_base, ids, reply, "
+            "stop FROM responses WHERE id = ? AND owner = ?",
             (current, owner),
         ).fetchone()
         if row is None:
@@ -197,10 +198,10 @@ def exchanges(db: sqlite3.Connection, owner: str, response_id: str) -> list[Stor
                 f"response {current!r}, an earlier part of this conversation, is gone "
                 "(deleted or past its age); start a new conversation"
             )
-        previous, created, whole, added, view, base, tail, reply = row
+        previous, created, whole, added, view, base, tail, reply, stop = row
         exact = None
         if view is not None and base is not None and tail is not None and reply is not None:
-            exact = ExactIds(view, base, unpack_ids(tail), reply)
+            exact = ExactIds(view, base, unpack_ids(tail), reply, stop)
         # A version-1 row holds its whole conversation (and no ids): it starts the chain.
         messages = json.loads(whole if added is None else added)
         found.append(StoredExchange(current, created, messages, exact))

@@ -32,12 +32,15 @@ class ExactIds:
     the exact ids in its place. ``base`` ids come from the previous response's exact ids (0:
     none, this row holds all of them); ``tail`` is the rest: the new prompt ids, then the
     reply's. The last ``reply`` ids are the reply (a forced call's opening included).
+    ``stop`` is the stop token the engine ended the reply on, which ``tail`` leaves out (a
+    continuation writes the format's own there); ``None`` in rows stored before it was kept.
     """
 
     view: str
     base: int
     tail: Sequence[int]
     reply: int
+    stop: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,18 +1,23 @@
 """Served conversations as training rows: the ids the model was prompted with and produced.
 
 The response store keeps each exchange's exact ids (:class:`~chatfmt.store.ExactIds`): the
-part its prompt adds to the previous exchange's ids, then the reply as the engine produced it
-(without the stop token it ended on). An export joins them back along the chain, so a row's
-``input_ids`` are the very tokens of the conversation as served — the model's own
-tokenization and call syntax, which a re-render would not give back — and its ``labels`` are
-the ids of every reply the model produced in it:
+part its prompt adds to the previous exchange's ids, then the reply as the engine produced it,
+and apart from them the stop token the engine ended the reply on. An export joins them back
+along the chain, so a row's ``input_ids`` are the very tokens of the conversation as served —
+the model's own tokenization and call syntax, which a re-render would not give back — then the
+last reply's stop token, and its ``labels`` are the ids of every reply the model produced in
+it:
 
 - each exchange's reply span (a forced call's opening, which chatfmt wrote for
   ``tool_choice`` naming a function, is part of it as the store counts it);
-- the stop token after each reply but the last: the store keeps an exchange's ids only when
-  the engine ended at a stop token, and the next exchange's ids begin with that token (the
-  continuation writes the format's stop token there, as every later prompt shows it). The
-  last reply's stop token is not stored, so the row ends with the reply;
+- the stop token after each reply: the store keeps an exchange's ids only when the engine
+  ended at a stop token. After the last reply it is the stored one, appended. After an
+  earlier reply the next exchange's ids begin with the format's stop token, as every later
+  prompt showed it: it carries loss when it is the token the model produced (a model that
+  stopped on another stop token, Qwen's ``<|endoftext|>`` where the history writes
+  ``<|im_end|>``, was never shown its own: that position has none). Rows stored before the
+  stop token was kept end with the last reply and label the earlier stops as the history
+  writes them (the report counts them);
 - where an exchange's prompt was rendered afresh (its stored predecessor could not be
   continued on its ids: other instructions, a reply the client saw otherwise), the ids start
   with that prompt, and the replies before it, rendered in it, carry no loss.
@@ -64,6 +69,9 @@ class ExportReport:
     trained_tokens: int = 0
     #: Replies inside a prompt that was rendered afresh: in the ids, without loss.
     replies_untrained: int = 0
+    #: Exact rows whose last reply's stop token was not kept (stored before it was): they end
+    #: with the reply, its stop untrained.
+    no_stop: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     #: The first row skipped for each reason: its id and the message.
     first_skipped: dict[str, str] = field(default_factory=dict)
@@ -86,6 +94,7 @@ class ExportReport:
             "trained_tokens": self.trained_tokens,
             "trained_share": round(self.trained_share, 4),
             "replies_untrained": self.replies_untrained,
+            "exact_without_stop": self.no_stop,
             "rows_skipped": sum(self.skipped.values()),
             "skipped_by_reason": dict(self.skipped),
             "first_skipped": self.first_skipped,
@@ -94,11 +103,14 @@ class ExportReport:
 
 @dataclass(frozen=True, slots=True)
 class ExactRow:
-    """A chain's exact ids and labels; ``untrained``: the replies before its anchor."""
+    """A chain's exact ids and labels; ``untrained``: the replies before its anchor;
+    ``stopped``: whether the ids end with the stop token the last reply ended on (``False``:
+    stored before it was kept)."""
 
     input_ids: list[int]
     labels: list[int]
     untrained: int
+    stopped: bool = True
 
 
 def exact_row(exchanges: list[StoredExchange]) -> ExactRow | None:
@@ -118,6 +130,7 @@ def exact_row(exchanges: list[StoredExchange]) -> ExactRow | None:
             return None
     ids: list[int] = []
     labels: list[int] = []
+    stop: int | None = None  # the stop token the previous reply ended on, where kept
     for n, exchange in enumerate(exchanges[anchor:]):
         kept = exchange.exact
         assert kept is not None  # checked above
@@ -127,11 +140,14 @@ def exact_row(exchanges: list[StoredExchange]) -> ExactRow | None:
         start = len(ids)
         ids += tail
         labels += [IGNORE_INDEX] * len(tail)
-        if n > 0 and tail:
+        if n > 0 and tail and stop in (None, tail[0]):
             labels[start] = tail[0]  # the stop token that ended the reply before
         for k in range(len(ids) - kept.reply, len(ids)):
             labels[k] = ids[k]
-    return ExactRow(ids, labels, anchor)
+        stop = kept.stop
+    if stop is None:
+        return ExactRow(ids, labels, anchor, stopped=False)
+    return ExactRow([*ids, stop], [*labels, stop], anchor)
 
 
 def refs(
@@ -238,6 +254,7 @@ class Exporter:
             self._write(_row(ref, "response", "exact", exact.input_ids, exact.labels))
             self.report.exact += 1
             self.report.replies_untrained += exact.untrained
+            self.report.no_stop += not exact.stopped
             return
         stored = self.store.get(ref.owner, ref.id)
         body = stored.response if stored is not None else {}

@@ -284,7 +284,9 @@ def _exact(
         return None
     if decoder.stopped_by != "control":
         return None
-    ids = ids[: next((i for i, t in enumerate(ids) if t in stop_ids), len(ids))]
+    end = next((i for i, t in enumerate(ids) if t in stop_ids), len(ids))
+    stop = ids[end] if end < len(ids) else None  # kept for training exports
+    ids = ids[:end]
     parsed = decoder.result()
     try:
         calls = [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls]
@@ -300,4 +302,4 @@ def _exact(
         return None
     base = prep.exact_base
     n_reply = len(prep.prompt_ids) - prep.reply_start + len(ids)
-    return ExactIds(prep.view, base, [*prep.prompt_ids[base:], *ids], n_reply)
+    return ExactIds(prep.view, base, [*prep.prompt_ids[base:], *ids], n_reply, stop)
