@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from test_chat_view import screen
 
 import chatfmt
 from chatfmt.cli.chat import run_chat
@@ -154,8 +155,8 @@ def test_reasoning_is_dimmed_on_a_terminal() -> None:
     assert f"{dim}The\x1b[0m" in shown and f"{dim} brief\x1b[0m" in shown
     assert "[thinking]" not in shown
     # The answer after it is not dimmed, and starts on a line of its own.
-    answer = shown.index("Hello!")
-    assert shown[answer - 1] == "\n" and not shown[:answer].endswith(dim)
+    assert screen(shown, 25)[-3:] == ["The user greets me.", "Be brief.", "Hello!"]
+    assert f"{dim}Hello" not in shown
 
 
 def test_reasoning_cut_off_is_closed_and_cannot_inject_escapes() -> None:

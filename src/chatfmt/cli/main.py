@@ -173,7 +173,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from .chat import run_chat
+    from .chat import choose_system, run_chat
     from .serve import build_engine, default_dialect
 
     tools = load_tools_file(args.tools) if args.tools else None
@@ -189,6 +189,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     dialect = named or default_dialect(args.model, engine.tokenizer)
     if args.file and not args.interpreter:
         raise UsageError("--file gives the code interpreter a file: use it with --interpreter")
+    system = choose_system(args.system, tools=tools is not None, interpreter=args.interpreter)
     if args.interpreter:
         from ..interpreter import JupyterInterpreter
         from .kernel import announce, give_files, kernel_kwargs
@@ -196,10 +197,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         kwargs = kernel_kwargs(args)
         announce(kwargs)
         with JupyterInterpreter(**kwargs) as interpreter:
-            system = give_files(interpreter, args.file or (), args.system)
+            system = give_files(interpreter, args.file or (), system)
             run_chat(engine, dialect, tools=tools, interpreter=interpreter, system=system)
     else:
-        run_chat(engine, dialect, tools=tools, system=args.system)
+        run_chat(engine, dialect, tools=tools, system=system)
     return 0
 
 
@@ -269,7 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file", action="append", metavar="PATH",
                    help="copy a file into the interpreter's working directory and tell the "
                    "model (repeatable; with --interpreter)")  # fmt: skip
-    p.add_argument("--system", help="system prompt")
+    p.add_argument("--system",
+                   help="system prompt (default: with --interpreter and/or --tools, the default "
+                   "prompt of those modes, both joined when both are given; none otherwise); "
+                   "--system '' for none")  # fmt: skip
     add_kernel_options(p)
     p.set_defaults(func=cmd_chat)
 
