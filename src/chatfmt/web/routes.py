@@ -30,6 +30,7 @@ from ..engines.base import Engine, SamplingParams
 from ..errors import ChatFmtError, InterpreterError
 from ..interpreter.sessions import InterpreterSessions
 from ..messages import Conversation, Message, Tool, from_openai
+from ..prompts import default_system_prompt
 from ..server.http.bodies import (
     ApiKeys,
     check_api_key,
@@ -45,9 +46,19 @@ from ..server.http.sse import event_stream, sse_event, sse_response
 from ..store import ResponseStore, owner_of
 from .conversation_routes import mount_conversations
 from .file_routes import mount_files, session_error, session_errors
-from .modes import INTERPRETER_TOOL, Modes
+from .markdown import render_markdown
+from .modes import INTERPRETER_TOOL, MODES, Modes
 from .page_events import agent_events, error_event
-from .schemas import CONVERSATION_ID, AgentRequest, CountRequest, CountResponse, InfoResponse
+from .schemas import (
+    CONVERSATION_ID,
+    MAX_MARKDOWN_CHARS,
+    AgentRequest,
+    CountRequest,
+    CountResponse,
+    InfoResponse,
+    MarkdownRequest,
+    MarkdownResponse,
+)
 from .security import (
     LOOPBACK_HOSTS,
     SECURITY_HEADERS,
@@ -107,7 +118,7 @@ def mount_web(
     store: ResponseStore | None = None,
 ) -> None:
     """Serve the web chat on ``app``: ``/``, ``/static/``, ``/api/info``, ``/api/count``,
-    ``/api/agent``.
+    ``/api/agent``, ``/api/markdown``.
 
     ``tools`` enables tool mode; ``interpreter_factory`` (a function returning a new
     interpreter, e.g. ``JupyterInterpreter``) enables interpreter mode, one kernel per
@@ -146,7 +157,7 @@ def mount_web(
     if sessions is not None:
         _close_sessions_at_shutdown(app, sessions)
     install_error_handler(app)
-    publish_models(app, CountRequest, AgentRequest)
+    publish_models(app, CountRequest, AgentRequest, MarkdownRequest)
 
     async def read_post(request: Request, model: type[_Body]) -> _Body:
         """The checked body of a POST to ``/api/*`` (or an :class:`ApiError`)."""
@@ -178,6 +189,7 @@ def mount_web(
             modes=modes.available(),
             sandbox=sandbox if sessions is not None else None,
             max_upload_bytes=max_upload_bytes if sessions is not None else 0,
+            system_prompts={m: default_system_prompt(m) for m in MODES},
         )
         return json_response(body)
 
@@ -216,6 +228,29 @@ def mount_web(
         except (ChatFmtError, ValueError) as exc:  # ValueError: a malformed tool definition
             raise ApiError(400, str(exc)) from None
         return json_response(CountResponse(tokens=tokens, context=engine.context_length))
+
+    @app.post(
+        "/api/markdown",
+        response_model=None,
+        openapi_extra=json_body(MarkdownRequest),
+        responses={
+            200: {"model": MarkdownResponse},
+            **error_responses(400, 401, 403, 413, 415),
+        },
+    )
+    async def markdown(request: Request) -> Response:
+        body = await read_post(request, MarkdownRequest)
+        if len(body.text) > MAX_MARKDOWN_CHARS:
+            raise ApiError(
+                413,
+                f"text is {len(body.text):,} characters; /api/markdown renders at most "
+                f"{MAX_MARKDOWN_CHARS:,}",
+                param="text",
+                code="text_too_long",
+            )
+        # In a thread: a long text takes a while, and other requests go on meanwhile.
+        html = await asyncio.to_thread(render_markdown, body.text)
+        return json_response(MarkdownResponse(html=html))
 
     @app.post(
         "/api/agent",

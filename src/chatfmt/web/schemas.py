@@ -59,6 +59,26 @@ class InfoResponse(_Strict):
     sandbox: str | None = None
     #: The largest file the interpreter accepts as an upload, in bytes.
     max_upload_bytes: int = 0
+    #: Each mode's default system prompt (``None``: the mode has none), which the page shows
+    #: in its system prompt field and sends unless the reader changes it.
+    system_prompts: dict[Mode, str | None] = Field(default_factory=dict)
+
+
+#: The longest text ``POST /api/markdown`` renders, in characters (a few seconds of work at
+#: worst; a longer message stays plain text on the page).
+MAX_MARKDOWN_CHARS = 100_000
+
+
+class MarkdownRequest(_Strict):
+    """Body of ``POST /api/markdown``: Markdown text (model output: untrusted) to render."""
+
+    text: str
+
+
+class MarkdownResponse(_Strict):
+    """``text`` as sanitized HTML: only the tags and attributes Markdown produces."""
+
+    html: str
 
 
 class UploadResponse(_Strict):
