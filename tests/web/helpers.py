@@ -28,6 +28,15 @@ HELLO_REPLY = (
     "```python\nprint('hi')\n```\n"
     "<script>alert(1)</script> [a link](https://example.com)<|im_end|>"
 )
+#: Markdown that must render as a table and nested lists, and markup that must stay inert.
+TABLE_REPLY = (
+    "Here is a table:\n\n| name | value |\n|:--|--:|\n| alpha | 1 |\n| beta | 22 |\n\n"
+    "- fruit\n  - apple\n  - pear\n    1. ripe\n    2. green\n- nuts\n\n"
+    "<img src=x onerror=alert(1)> [click me](javascript:alert(2)) [home](https://example.com)\n\n"
+    "| " + " | ".join(f"column {i}" for i in range(12)) + " |\n"
+    "|" + "---|" * 12 + "\n| " + " | ".join(str(i * 1000) for i in range(12)) + " |\n\n"
+    "```python\nprint('" + "a long line of code " * 8 + "')\n```<|im_end|>"
+)
 WEATHER_CALL = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
 )
@@ -83,6 +92,8 @@ def scripted(tokenizer: Tokenizer) -> Callable[[list[int]], str]:
             return rows_call(upload.group(1))
         if "weather" in lowered:
             return WEATHER_CALL
+        if "table" in lowered:
+            return TABLE_REPLY
         if "plot" in lowered:
             return PLOT_CALL
         if "slow" in lowered:

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.anyio
 
 from chatfmt.context import Budget  # noqa: E402
 from chatfmt.dialects import get_dialect  # noqa: E402
+from chatfmt.prompts import default_system_prompt  # noqa: E402
 from chatfmt.tokenizers.base import Tokenizer  # noqa: E402
 from chatfmt.web import INTERPRETER_TOOL, demo_tools  # noqa: E402
 
@@ -97,7 +98,7 @@ async def test_page_and_static_files(tok: Tokenizer) -> None:
     assert '<script type="module" src="/static/app.js"' in page.text
     csp = page.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "img-src 'self' data:" in csp
-    assert js.status_code == 200 and "renderMarkdown" in js.text
+    assert js.status_code == 200 and "setHtml" in js.text
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
     # Self-contained: nothing is loaded from another origin.
     for text in (page.text, js.text, css.text):
@@ -105,9 +106,9 @@ async def test_page_and_static_files(tok: Tokenizer) -> None:
         assert "cdn" not in text.lower()
     # No dynamic code anywhere in the page's script.
     assert not re.search(r"(?<![\w.])eval\s*\(|new\s+Function\s*\(|document\.write", js.text)
-    # HTML is only ever assigned from the escaping Markdown renderer.
+    # HTML is only ever assigned from what the server rendered and sanitized (setHtml's html).
     assignments = re.findall(r"(?:inner|outer)HTML\s*=\s*([^;]*)", js.text)
-    assert assignments and all(a.startswith("renderMarkdown(") for a in assignments)
+    assert assignments == ["html"]
     # The page is also reachable as a static file: it keeps its protections there.
     async with client(app) as c:
         static_page = await c.get("/static/index.html")
@@ -127,6 +128,13 @@ async def test_info(tok: Tokenizer) -> None:
     assert info["tools"] == demo_tools().openai_tools()
     assert info["interpreter"] is True
     assert info["modes"] == ["chat", "tools", "interpreter"]
+    # Each mode's default system prompt, which the page shows and sends.
+    assert info["system_prompts"] == {
+        "chat": None,
+        "tools": default_system_prompt("tools"),
+        "interpreter": default_system_prompt("interpreter"),
+    }
+    assert info["system_prompts"]["tools"]
 
 
 async def test_info_without_tools_or_interpreter(tok: Tokenizer) -> None:

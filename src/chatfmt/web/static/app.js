@@ -7,22 +7,22 @@
 // server keeps nothing between requests except the code interpreter's kernel for this
 // conversation id.
 //
-// Safety: model and user text only ever reaches the DOM as textContent, or as HTML built by
-// the escape-first Markdown renderer (markdown.js, through dom.js's setMarkdown(), the page's
-// only HTML sink). No eval, no new Function, no innerHTML of raw text.
+// Safety: model and user text only ever reaches the DOM as textContent, or as HTML that the
+// server rendered from Markdown and sanitized (POST /api/markdown, through markup.js and
+// dom.js's setHtml(), the page's only HTML sink). No eval, no new Function, no innerHTML of
+// raw text.
 //
-// Modules: markdown.js (Markdown to HTML), sse.js (event-stream parsing), store.js
-// (persistence), conversation.js (message rules), api.js (requests), dom.js (the two ways text
-// reaches the DOM), view.js and calls.js (blocks), reasoning.js (a model's reasoning, as
-// plain text in a collapsible box), live.js (the streamed message's render), reply.js (a
-// streaming reply's DOM), run.js (one agent run), meter.js (the token meter).
+// Modules: markup.js (Markdown to HTML, by the server), sse.js (event-stream parsing),
+// store.js (persistence), conversation.js (message rules), api.js (requests), dom.js (the
+// ways text reaches the DOM), view.js and calls.js (blocks), reasoning.js (a model's
+// reasoning, as plain text in a collapsible box), live.js (the streamed message's render),
+// reply.js (a streaming reply's DOM), run.js (one agent run), meter.js (the token meter).
 
 import { authHeaders, errorText, onUnauthorized } from "./api.js";
 import { cutAfterLastUser, lastUserIndex } from "./conversation.js";
 import { el } from "./dom.js";
 import { createFiles } from "./files.js";
 import { createHistory } from "./history.js";
-import { escapeHtml, renderMarkdown } from "./markdown.js";
 import { refreshCount } from "./meter.js";
 import { runAgent } from "./run.js";
 import {
@@ -36,11 +36,12 @@ const $ = (id) => document.getElementById(id);
 // ==== Page state ====
 
 let state = loadState(conversationId());
-let info = { context: 0, tools: [], modes: ["chat"], interpreter_tool: null };
+let info = { context: 0, tools: [], modes: ["chat"], interpreter_tool: null, system_prompts: {} };
 let controller = null; // AbortController of the running request
 let countTimer = 0;
 
 const log = $("log");
+const system = $("system");
 const main = $("main");
 const prompt = $("prompt");
 
@@ -105,9 +106,8 @@ const saved = createHistory({
       system: typeof data.system === "string" ? data.system : "",
     };
     saveState(state);
-    $("system").value = state.system;
     files.clear();
-    applyMode();
+    applyMode(false);
     renderAll();
     setStatus("Conversation opened.");
     refreshCount(state);
@@ -208,9 +208,48 @@ function newChat() {
   prompt.focus();
 }
 
-function applyMode() {
+// ==== The system prompt: each mode's default, shown and editable ====
+
+function defaultPrompt(mode) {
+  const prompts = info.system_prompts || {};
+  return typeof prompts[mode] === "string" ? prompts[mode] : "";
+}
+
+// The field holds nothing the reader wrote: it is empty or some mode's default.
+function promptIsDefault(text) {
+  return text === "" || Object.values(info.system_prompts || {}).includes(text);
+}
+
+// Give the field the mode's default unless the reader wrote their own. `switched`: the reader
+// chose the mode; otherwise (a page load, a reopened chat) an empty field stays empty in a
+// conversation already under way: it was sent that way.
+function followModePrompt(switched) {
+  if (!promptIsDefault(state.system)) return;
+  if (!switched && state.system === "" && state.messages.length) return;
+  state.system = defaultPrompt(state.mode);
+}
+
+function showSystem() {
+  const text = state.system;
+  if (system.value !== text) system.value = text; // (an equal value would still move the caret)
+  const first = text.split("\n", 1)[0];
+  $("system-preview").textContent = text ? ": " + first : ": none";
+}
+
+// The sandbox's one-line summary (its words up to the first colon); the rest on request.
+function showSandbox(text) {
+  $("sandbox").hidden = !text;
+  const head = text.split(/:\s/, 1)[0];
+  $("sandbox-summary").textContent = "Code runs in: " + (head.length <= 60 ? head : head.slice(0, 57) + "…");
+  $("sandbox-detail").textContent = "Code runs in: " + text;
+}
+
+// `switched`: the reader chose the mode (see followModePrompt).
+function applyMode(switched) {
   const available = info.modes || ["chat"];
   if (!available.includes(state.mode)) state.mode = "chat";
+  followModePrompt(switched);
+  showSystem();
   for (const radio of document.querySelectorAll('input[name="mode"]')) {
     radio.disabled = !available.includes(radio.value);
     radio.checked = radio.value === state.mode;
@@ -218,7 +257,7 @@ function applyMode() {
   }
   $("tool-list").hidden = state.mode !== "tools" || !info.tools.length;
   $("files").hidden = state.mode !== "interpreter";
-  $("sandbox").textContent = info.sandbox ? "Code runs in: " + info.sandbox : "";
+  showSandbox(info.sandbox || "");
   if (state.mode === "interpreter") files.refresh();
 }
 
@@ -247,7 +286,7 @@ async function loadInfo() {
     $("model").textContent = "server unavailable";
     showError("could not load the server's info: " + err.message);
   }
-  applyMode();
+  applyMode(false);
 }
 
 $("key-form").addEventListener("submit", (e) => {
@@ -276,7 +315,7 @@ $("new-chat").addEventListener("click", newChat);
 for (const radio of document.querySelectorAll('input[name="mode"]')) {
   radio.addEventListener("change", () => {
     state.mode = radio.value;
-    applyMode();
+    applyMode(true);
     save();
     scheduleCount();
   });
@@ -297,15 +336,16 @@ main.addEventListener("drop", (e) => {
   e.preventDefault();
   files.uploadAll(Array.from(e.dataTransfer.files));
 });
-const system = $("system");
-system.value = state.system;
-if (state.system) system.closest("details").open = true;
 system.addEventListener("input", () => {
   state.system = system.value;
+  showSystem();
   save();
   scheduleCount();
 });
 
+showSystem();
+// Open on wide screens when it holds something; on a phone its summary line shows it.
+if (state.system && matchMedia("(min-width: 641px)").matches) $("system-box").open = true;
 renderAll();
 scrollDown(true);
 loadInfo().then(() => {
@@ -314,5 +354,5 @@ loadInfo().then(() => {
 });
 prompt.focus();
 
-// For tests and the curious: the renderer is pure and safe to call.
-window.chatfmt = { renderMarkdown, escapeHtml, get state() { return state; } };
+// For tests and the curious: the conversation as the page keeps it.
+window.chatfmt = { get state() { return state; } };

@@ -1,9 +1,10 @@
 // The DOM of a reply while it streams: one assistant block per model turn, with its tool calls.
 //
 // Why: the reply is built incrementally from the agent's events, so nothing already shown is
-// rebuilt. Text goes through LiveMarkdown (the turn being streamed re-renders at most once
-// per frame; earlier turns and messages are never re-rendered); call boxes are calls.js's,
-// textContent only; a turn's reasoning is reasoning.js's box above its text, plain text only.
+// rebuilt. Text goes through LiveMarkdown (the turn being streamed is rendered by the server
+// at most four times a second; earlier turns and messages are never re-rendered); call boxes
+// are calls.js's, textContent only; a turn's reasoning is reasoning.js's box above its text,
+// plain text only.
 
 import { callBlock } from "./calls.js";
 import { LiveMarkdown } from "./live.js";
@@ -21,6 +22,7 @@ export class ReplyView {
     this.thoughts = null; // its reasoning box, once reasoning came
     this.labelled = false; // only a reply's first block says "Assistant"
     this.calls = new Map(); // tool call id (and streaming id) -> callBlock handle
+    this.renders = []; // the last renders of finished turns (promises)
   }
 
   // Text of the current turn so far ("" between turns).
@@ -108,7 +110,12 @@ export class ReplyView {
   }
 
   flush() {
-    if (this.live) this.live.flush();
+    if (this.live) this.renders.push(this.live.flush());
+  }
+
+  // Resolves once every turn's last render is on the page.
+  settled() {
+    return Promise.all(this.renders);
   }
 
   // A call the loop did not run (a repeat, or one cut off) must not look busy forever.

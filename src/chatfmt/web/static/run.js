@@ -1,7 +1,7 @@
 // One agent run: POST the conversation to /api/agent, show its events, keep its messages.
 //
 // Why: the server streams the reply as events (sse.js); this module turns them into the
-// reply's DOM (reply.js, textContent and escape-first Markdown only) and into the messages
+// reply's DOM (reply.js: textContent, and HTML the server rendered) and into the messages
 // the page stores. After a stop or an error only a consistent prefix of the reply is kept
 // (conversation.js), so the next request is valid.
 
@@ -17,7 +17,7 @@ const STOP_NOTES = new Map([
 ]);
 
 // `page`: { state (the page's current conversation), log, follow(), note(text) }.
-// Resolves to { error, stopped } once the run is over; it never throws. The run belongs to the
+// Resolves to { error, stopped } once the run is over and its text rendered; it never throws. The run belongs to the
 // conversation that was current when it started: a chat opened meanwhile is never written to.
 export async function runAgent(page, signal) {
   const state = page.state;
@@ -93,5 +93,6 @@ export async function runAgent(page, signal) {
       state.messages = base.concat(kept);
     }
   }
+  await view.settled();
   return { error: run.error, stopped: run.stopped };
 }

@@ -1,20 +1,20 @@
 // The conversation's blocks: user and assistant messages, notes and errors.
 //
 // Why: every block is built with createElement and textContent (dom.js's el()); the one HTML
-// path is an assistant message's Markdown, through setMarkdown(); its reasoning is plain text
-// (reasoning.js). A stored message is rendered once, when the conversation is drawn; only a
-// reply being streamed re-renders (see live.js).
+// path is an assistant message's Markdown, rendered and sanitized by the server (markup.js);
+// its reasoning is plain text (reasoning.js). A user's message is shown as the plain text they
+// typed. A stored message is rendered once, when the conversation is drawn; only a reply
+// being streamed re-renders (see live.js).
 
 import { callBlock } from "./calls.js";
-import { el, setMarkdown } from "./dom.js";
+import { el } from "./dom.js";
+import { showMarkdown } from "./markup.js";
 import { reasoningBlock } from "./reasoning.js";
 
 export function userBlock(text) {
   const block = el("div", "msg user");
   block.append(el("div", "who", "You"));
-  const body = el("div", "content");
-  body.style.whiteSpace = "pre-wrap";
-  body.textContent = text;
+  const body = el("div", "content plain", text);
   block.append(body);
   return block;
 }
@@ -39,8 +39,9 @@ export function noteBlock(text) {
   return el("div", "msg note", text);
 }
 
-// Draw a whole stored conversation into the empty `log` (on load, Regenerate and New chat).
-export function drawConversation(log, state, onImage) {
+// Draw a whole stored conversation into the empty `log` (on load, Regenerate and New chat);
+// `onPaint` runs when an image or a message's HTML has come (to keep the view scrolled).
+export function drawConversation(log, state, onPaint) {
   const calls = new Map();
   let labelled = false;
   for (const m of state.messages) {
@@ -53,10 +54,10 @@ export function drawConversation(log, state, onImage) {
       if (typeof m.reasoning_content === "string" && m.reasoning_content) {
         block.insertBefore(reasoningBlock(false, m.reasoning_content).details, body);
       }
-      if (m.content) setMarkdown(body, m.content);
+      if (m.content) showMarkdown(body, m.content, onPaint);
       for (const c of m.tool_calls || []) {
         const fn = c.function || {};
-        const handle = callBlock(c.id, fn.name || "?", onImage);
+        const handle = callBlock(c.id, fn.name || "?", onPaint);
         handle.setArguments(fn.arguments || "{}");
         calls.set(c.id, handle);
         block.append(handle.details);
