@@ -10,6 +10,9 @@ import { setHtml, setPlain } from "./dom.js";
 
 // Requests at a time: a stored conversation's messages are rendered when it is drawn.
 const MAX_PARALLEL = 4;
+// A render that takes longer is given up (plain text stays): a run ends only once its text is
+// rendered, and a stuck request must not keep Send disabled.
+const TIMEOUT_MS = 20000;
 let running = 0;
 const queue = []; // resolvers of requests waiting for their turn
 
@@ -31,7 +34,7 @@ function done() {
 export async function renderHtml(text) {
   await turn();
   try {
-    const res = await postJson("/api/markdown", { text });
+    const res = await postJson("/api/markdown", { text }, AbortSignal.timeout(TIMEOUT_MS));
     if (!res.ok) return null;
     const data = await res.json();
     return typeof data.html === "string" ? data.html : null;
