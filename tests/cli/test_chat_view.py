@@ -61,7 +61,7 @@ def rendered(text: str, width: int) -> list[str]:
     """``text`` as Markdown printed once, at once (what the screen must end up showing)."""
     out = io.StringIO()
     Console(file=out, width=width, force_terminal=True, color_system="standard").print(
-        Markdown(text)
+        Markdown(text, hyperlinks=False)
     )
     return screen(out.getvalue(), 10_000)
 
@@ -132,6 +132,17 @@ def test_the_answer_is_plain_text_as_it_came_when_piped() -> None:
     _chat(Console(file=out, width=80, color_system=None), [ANSWER + "<|im_end|>"], ["go", "/exit"])
     assert out.getvalue().endswith(f"assistant› {ANSWER}\n")
     assert "\x1b" not in out.getvalue()
+
+
+def test_links_show_their_address_and_model_text_cannot_drive_the_terminal() -> None:
+    out = io.StringIO()
+    reply = "See [the docs](https://example.com/x) \x1b[2J\x1b]8;;file:///etc/passwd\x07 [b]x[/b]"
+    _chat(terminal(out), [reply + "<|im_end|>"], ["go", "/exit"])
+    raw = out.getvalue()
+    assert "\x1b]8;" not in raw and "\x1b[2J" not in raw
+    assert "See the docs (https://example.com/x) [2J]8;;file:///etc/passwd [b]x[/b]" in screen(
+        raw, 24
+    )
 
 
 @pytest.mark.parametrize("step", [4, 50])

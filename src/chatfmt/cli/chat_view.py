@@ -131,7 +131,7 @@ class MarkdownStream:
         start, kind, _ = blocks[cut]
         self.source = "\n".join(self.source.split("\n")[start:])
         previous = done[-1][0] if done else self.previous
-        tail = _Tail(self.Markdown(self.source), self._gap(previous, kind))
+        tail = _Tail(self.render(self.source), self._gap(previous, kind))
         self.live.update(tail, refresh=not done)
         for kind_done, text in done:  # each print redraws the region below it
             self._print(kind_done, text)
@@ -175,8 +175,13 @@ class MarkdownStream:
     def _print(self, kind: str, text: str) -> None:
         if self._gap(self.previous, kind):
             self.con.print()
-        self.con.print(self.Markdown(text))
+        self.con.print(self.render(text))
         self.previous = kind
+
+    def render(self, text: str) -> Any:
+        """``text`` as rich Markdown. Links show their address (no terminal hyperlink whose
+        text could name another place than it opens)."""
+        return self.Markdown(text, code_theme="ansi_dark", hyperlinks=False)
 
 
 # ==== Tool calls and their results ====
@@ -259,9 +264,10 @@ class ChatView:
 
     def end_text(self) -> None:
         """Finish the text block being rendered (before a call, reasoning or the turn's end)."""
-        if self.markdown is not None and self.markdown.active:
+        if self.markdown is not None:
+            if self.markdown.active:
+                self.mid_line = False
             self.markdown.close()
-            self.mid_line = False
 
     def stop(self) -> None:
         """The turn stopped (interrupted or failed): close whatever is open."""
