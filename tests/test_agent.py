@@ -217,3 +217,32 @@ def test_reasoning_streams_and_stays_in_the_conversation(harmony_tok) -> None:  
     # a call it is still answering.
     second = harmony_tok.decode(engine.prompts[1])
     assert "<|channel|>analysis<|message|>I should ask for the weather.<|end|>" in second
+
+
+def test_a_fenced_python_block_runs_in_interpreter_mode(qwen) -> None:  # type: ignore[no-untyped-def]
+    # The model writes a Markdown block instead of a call (as small models do): the block is
+    # the run request, generation stops at its closing fence, the output is the observation.
+    code = "def f(n):\n    return n * n\n\nprint(f(4))"
+    script = [
+        f"Let me run it.\n```python\n{code}\n```\nIt prints 99.<|im_end|>",
+        "The result is 16.<|im_end|>",
+    ]
+    engine = FakeEngine(qwen, script)
+    interp = FakeInterpreter()
+    agent = Agent(engine, chatfmt.get_dialect("qwen2.5"), interpreter=interp)
+    result = asyncio.run(agent.run([{"role": "user", "content": "f(4)?"}]))
+    assert interp.codes == [code]
+    assert result.answer == "The result is 16."
+    call = result.conversation.messages[1]
+    assert call.content == "Let me run it.\n"  # what the model wrote after the fence is gone
+    assert call.tool_calls is not None and call.tool_calls[0].name == "interpreter"
+    assert result.conversation.messages[2].role == "tool"
+
+
+def test_fenced_blocks_are_text_without_an_interpreter(qwen) -> None:  # type: ignore[no-untyped-def]
+    reply = "Run this:\n```python\nprint(1)\n```\nDone."
+    engine = FakeEngine(qwen, [reply + "<|im_end|>"])
+    result = asyncio.run(
+        Agent(engine, chatfmt.get_dialect("qwen2.5")).run([{"role": "user", "content": "x"}])
+    )
+    assert result.answer == reply

@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 from .context import Budget
 from .decoding import TurnDecoder
-from .dialects.base import ConversationLike, Dialect
+from .dialects.base import ConversationLike, Dialect, StreamParser
+from .dialects.parsers.fence import FencedRuns
 from .driver import TurnDriver
 from .engines.base import Engine, SamplingParams
 from .events import Event, ParseResult, ReasoningDelta, TextDelta
@@ -142,6 +143,13 @@ class Agent:
             log.warning("tool calls are not constrained: %s", exc)
             return None
 
+    def _parser(self, dialect: Dialect) -> StreamParser | None:
+        """With an interpreter, a fenced Python block is a run request too, where the format
+        has no interpreter turn of its own (``parsers/fence.py``); ``None``: the dialect's."""
+        if self.interpreter is None or not dialect.fenced_code_runs:
+            return None
+        return FencedRuns(dialect.stream_parser())
+
     def _words(self) -> Grammar | None:
         return self.dialect.answer_grammar() if self.engine.grammar_support != "none" else None
 
@@ -187,7 +195,9 @@ class Agent:
             # The tools' schemas type the values of formats whose calls carry text (XML).
             parsing = self.dialect.with_tools(conv.tools) if conv.tools else self.dialect
             parsing = parsing.for_reply_to(fitted.conversation)
-            decoder = TurnDecoder(parsing, tok, stop_strings=self.params.stop_strings)
+            decoder = TurnDecoder(
+                parsing, tok, stop_strings=self.params.stop_strings, parser=self._parser(parsing)
+            )
             driver = TurnDriver(self.engine, decoder, prompt.ids, params)
             # aclosing: a consumer that stops reading this loop stops the engine now, not
             # when the garbage collector gets to the driver's generator.

@@ -153,7 +153,7 @@ class StopStrings:
         return buf[:pending], False
 
 
-StopKind = Literal["control", "string", "length", "end"]
+StopKind = Literal["control", "string", "length", "end", "parser"]
 
 
 class TurnDecoder:
@@ -229,6 +229,9 @@ class TurnDecoder:
                 continue
             if feed is not None and len(pieces) == 1 and type(pieces[0]) is str:
                 events += feed(pieces[0])  # plain text, no stop strings: straight to the parser
+                if self.parser.turn_over:
+                    events += self._end("parser", "stop")
+                    break
                 continue
             events += self._pieces(pieces)
             if self.done:
@@ -304,12 +307,14 @@ class TurnDecoder:
                 events += feed(piece)
             else:
                 events += self._stop_text(*stops.feed(piece))
+            if self.parser.turn_over and not self.done:
+                events += self._end("parser", "stop")
         return events
 
     def _stop_text(self, text: str, hit: bool) -> list[Event]:
         """Text that passed the stop strings; ``hit``: a stop string came right after it."""
         events = self.parser.feed(text) if text else []
-        if hit:
+        if hit and not self.parser.turn_over:
             events += self._end("string", "stop")
         return events
 

@@ -41,6 +41,10 @@ class StreamParser(ABC):
     tokens mean more than their text.
     """
 
+    #: Set when the text itself ended the turn (a run request's closing fence, see
+    #: ``parsers/fence.py``): the decoder stops there, as at a stop token.
+    turn_over: bool = False
+
     def __init__(
         self,
         *,
@@ -119,6 +123,10 @@ class Dialect(ABC):
         """Whether :attr:`turns_render_independently` holds for this conversation (a dialect
         may lose the property for some histories)."""
         return self.turns_render_independently
+
+    #: Whether, in interpreter mode, a fenced Python block in the reply is a run request
+    #: (``parsers/fence.py``). False where the format has its own interpreter turn (ChatGLM3).
+    fenced_code_runs: bool = True
 
     #: How this family reasons (see :data:`ReasoningMode`).
     reasoning: ReasoningMode = "never"

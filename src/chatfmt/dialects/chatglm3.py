@@ -81,6 +81,7 @@ class ChatGLM3(GLMDialect):
     text_controls = ROLE_TOKENS
     turns_render_independently = True
     interpreter = INTERPRETER
+    fenced_code_runs = False  # its interpreter segment is a code block already
     strip_dummy_prefix = True
     decode_call = staticmethod(_decode_call)
 
