@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -54,6 +54,9 @@ class _OwnErrors(_PydanticMeta):
 
 class _Model(BaseModel, metaclass=_OwnErrors):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_M = TypeVar("_M", bound=_Model)
 
 
 class ToolCall(_Model):
@@ -308,6 +311,10 @@ def from_openai(messages: Iterable[Mapping[str, Any]], *, first_index: int = 0) 
     """
     out: list[Message] = []
     for i, raw in enumerate(messages, start=first_index):
+        fast = message_from_openai_fast(raw)
+        if fast is not None:
+            out.append(fast)
+            continue
         if not isinstance(raw, Mapping):
             raise ValidationError(
                 f"expected an object with 'role' and 'content', got {type(raw).__name__}", index=i
@@ -315,7 +322,8 @@ def from_openai(messages: Iterable[Mapping[str, Any]], *, first_index: int = 0) 
         role = raw.get("role")
         data: Mapping[str, Any] = raw  # the common case is validated as it is, uncopied
         if role not in ROLES or "refusal" in raw or "reasoning_content" in raw:
-            if role not in ROLES and role not in _ROLE_ALIASES:
+            # (A role that is not a string, such as a list, cannot be looked up: unknown too.)
+            if role not in ROLES and not (isinstance(role, str) and role in _ROLE_ALIASES):
                 raise ValidationError(
                     f"unknown role {role!r}; use one of {', '.join(ROLES)}",
                     index=i,
@@ -333,6 +341,110 @@ def from_openai(messages: Iterable[Mapping[str, Any]], *, first_index: int = 0) 
                 problem = "reasoning_content" + problem.removeprefix("reasoning")
             raise ValidationError(problem, index=i, rule="schema") from None
     return out
+
+
+#: Keys of an OpenAI message that :func:`message_from_openai_fast` builds without pydantic.
+_FAST_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+_MESSAGE_DEFAULTS: dict[str, Any] = {
+    "role": None,
+    "content": None,
+    "reasoning": None,
+    "metadata": None,
+    "tool_calls": None,
+    "tool_call_id": None,
+    "name": None,
+}
+
+
+def _built(cls: type[_M], fields: dict[str, Any], fields_set: set[str]) -> _M:
+    """An instance of ``cls`` from fields already checked, as pydantic itself would hold it
+    (validating costs ~8 µs a message, most of a cold render's Python time)."""
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", fields)
+    object.__setattr__(obj, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
+def _is_text(value: object) -> bool:
+    """A string with no lone surrogate (what :func:`_check_unicode` accepts)."""
+    if type(value) is not str:
+        return False
+    if value.isascii():  # O(1) in CPython: the common case costs nothing
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _fast_call(call: object) -> ToolCall | None:
+    """A plainly well-formed OpenAI call dict as a :class:`ToolCall`; ``None``: validate it."""
+    if type(call) is not dict:
+        return None
+    fn = call.get("function")
+    cid = call.get("id")
+    if type(fn) is not dict or not _is_text(cid):
+        return None  # also a call without an id: the validating path makes a fresh one
+    name = fn.get("name")
+    arguments = fn.get("arguments", "{}")
+    if not _is_text(name) or type(arguments) is not str:
+        return None
+    try:
+        decoded = json.loads(arguments, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return None
+    if type(decoded) is not dict:
+        return None
+    return _built(
+        ToolCall,
+        {"id": cid, "name": name, "arguments": arguments, "raw": None},
+        {"id", "name", "arguments"},
+    )
+
+
+def message_from_openai_fast(raw: Mapping[str, Any]) -> Message | None:
+    """The :class:`Message` that :func:`from_openai` makes of ``raw``, built without pydantic
+    when ``raw`` is plainly well-formed (known role, string or null content and ids, calls
+    with ids and JSON-object arguments); ``None`` for anything else, which the validating path
+    then accepts or rejects with its own error. Equal to the validated message, field for
+    field (tests/test_messages_fast.py)."""
+    if type(raw) is not dict or not _FAST_KEYS.issuperset(raw):
+        return None
+    role = raw.get("role")
+    if role not in ROLES:
+        return None
+    fields = dict(_MESSAGE_DEFAULTS)
+    for key in ("content", "tool_call_id", "name"):
+        value = raw.get(key)
+        if value is not None:
+            if not _is_text(value):
+                return None
+            fields[key] = value
+    calls = raw.get("tool_calls")
+    if calls is not None:
+        if type(calls) is not list:
+            return None
+        built = []
+        for call in calls:
+            tool_call = _fast_call(call)
+            if tool_call is None:
+                return None
+            built.append(tool_call)
+        fields["tool_calls"] = tuple(built)
+    fields["role"] = role
+    return _built(Message, fields, set(raw))
+
+
+def conversation_of(messages: tuple[Message, ...], tools: tuple[Tool, ...] = ()) -> Conversation:
+    """``Conversation(messages=messages, tools=tools)`` for messages and tools that are already
+    :class:`Message` and :class:`Tool` objects, without pydantic walking them again (~2 µs a
+    message: 0.4 ms for a 200-message chat, on every request)."""
+    if type(messages) is not tuple or type(tools) is not tuple:
+        raise TypeError("conversation_of takes tuples of messages and tools")
+    return _built(Conversation, {"messages": messages, "tools": tools}, {"messages", "tools"})
 
 
 def load_conversation(data: Any) -> Conversation:
