@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .dialects.base import ConversationLike, Dialect, ToolsLike
 from .errors import ContextOverflowError
-from .messages import Conversation, Message, as_conversation
+from .messages import Conversation, Message, as_conversation, conversation_of
 from .segments import Block, BlockEncoder, RenderedPrompt
 from .tokenizers.base import Tokenizer
 from .truncation import truncate
@@ -84,54 +84,20 @@ class Budget:
     ) -> RenderedPrompt | None:
         """Render ``conv`` by re-rendering only the last turn of the previous conversation and
         what was appended; ``None`` when ``conv`` does not extend it."""
-        if self._last is None or not self.dialect.renders_turns_independently(conv):
+        if self._last is None:
             return None
         old, old_strict, old_prompt = self._last
-        msgs, old_msgs = conv.messages, old.messages
-        if (
-            old_strict != strict
-            or conv.tools != old.tools
-            or len(msgs) < len(old_msgs)
-            or any(a is not b for a, b in zip(msgs, old_msgs, strict=False))
-        ):
+        if old_strict != strict:
             return None
-        head, turns = _split_turns(old_msgs)
-        if len(turns) < 2:
-            return None  # nothing worth keeping
-        restart = turns[-1][0]
-        # Blocks of the old prompt that render only messages before the restart point (and the
-        # message-less prefix before them) are unchanged by anything appended later.
-        keep = 0
-        for block in old_prompt.blocks:
-            if (block.messages and max(block.messages) >= restart) or (
-                not block.messages and keep and old_prompt.blocks[keep - 1].messages
-            ):
-                break
-            keep += 1
-        if keep == 0:
-            return None
-        # The rest is rendered as the head followed by the messages from the restart point (the
-        # dialect renders a turn the same way whatever turns came before it).
-        short = Conversation(messages=msgs[:head] + msgs[restart:], tools=conv.tools)
-        self.dialect.validate(short, strict=strict)
-        rendered = self.dialect.render_blocks(short, add_generation_prompt=add_generation_prompt)
-        offset = restart - head
-        tail: list[Block] = []
-        for block in rendered:
-            if not tail and not any(i >= head for i in block.messages):
-                continue  # the prefix and the head: already in the kept blocks
-            tail.append(
-                block._replace(
-                    messages=tuple(i + offset if i >= head else i for i in block.messages)
-                )
-            )
-        kept_end = old_prompt.spans[keep - 1].end
-        new = self.encoder.encode(tail)
-        ids = old_prompt.ids[:kept_end] + new.ids
-        spans = old_prompt.spans[:keep] + tuple(
-            s._replace(start=s.start + kept_end, end=s.end + kept_end) for s in new.spans
+        return render_extension(
+            self.dialect,
+            self.encoder,
+            old,
+            old_prompt,
+            conv,
+            add_generation_prompt=add_generation_prompt,
+            strict=strict,
         )
-        return RenderedPrompt(ids=ids, blocks=old_prompt.blocks[:keep] + new.blocks, spans=spans)
 
     def fit(
         self,
@@ -205,6 +171,69 @@ class Budget:
                     reserve=reserve,
                 )
             first += 1
+
+
+def render_extension(
+    dialect: Dialect,
+    encoder: BlockEncoder,
+    old: Conversation,
+    old_prompt: RenderedPrompt,
+    conv: Conversation,
+    *,
+    add_generation_prompt: bool = True,
+    strict: bool = True,
+) -> RenderedPrompt | None:
+    """The render of ``conv``, which extends ``old`` (the same message objects, more
+    appended; the same tools), from ``old_prompt``: only the last turn of ``old`` and what was
+    appended are rendered and encoded again. ``None`` when ``conv`` does not extend ``old`` or
+    ``dialect`` does not render its turns independently; then render in full.
+
+    Only the re-rendered part is validated (with the leading system messages): a caller that
+    needs the whole conversation's errors validates it first."""
+    if not dialect.renders_turns_independently(conv):
+        return None
+    msgs, old_msgs = conv.messages, old.messages
+    if (
+        conv.tools != old.tools
+        or len(msgs) < len(old_msgs)
+        or any(a is not b for a, b in zip(msgs, old_msgs, strict=False))
+    ):
+        return None
+    head, turns = _split_turns(old_msgs)
+    if len(turns) < 2:
+        return None  # nothing worth keeping
+    restart = turns[-1][0]
+    # Blocks of the old prompt that render only messages before the restart point (and the
+    # message-less prefix before them) are unchanged by anything appended later.
+    keep = 0
+    for block in old_prompt.blocks:
+        if (block.messages and max(block.messages) >= restart) or (
+            not block.messages and keep and old_prompt.blocks[keep - 1].messages
+        ):
+            break
+        keep += 1
+    if keep == 0:
+        return None
+    # The rest is rendered as the head followed by the messages from the restart point (the
+    # dialect renders a turn the same way whatever turns came before it).
+    short = conversation_of(msgs[:head] + msgs[restart:], conv.tools)
+    dialect.validate(short, strict=strict)
+    rendered = dialect.render_blocks(short, add_generation_prompt=add_generation_prompt)
+    offset = restart - head
+    tail: list[Block] = []
+    for block in rendered:
+        if not tail and not any(i >= head for i in block.messages):
+            continue  # the prefix and the head: already in the kept blocks
+        tail.append(
+            block._replace(messages=tuple(i + offset if i >= head else i for i in block.messages))
+        )
+    kept_end = old_prompt.spans[keep - 1].end
+    new = encoder.encode(tail)
+    ids = old_prompt.ids[:kept_end] + new.ids
+    spans = old_prompt.spans[:keep] + tuple(
+        s._replace(start=s.start + kept_end, end=s.end + kept_end) for s in new.spans
+    )
+    return RenderedPrompt(ids=ids, blocks=old_prompt.blocks[:keep] + new.blocks, spans=spans)
 
 
 def _split_turns(messages: tuple[Message, ...]) -> tuple[int, list[tuple[int, int]]]:

@@ -145,15 +145,27 @@ class BlockEncoder:
     """Encodes blocks to ids with a per-block cache.
 
     Blocks are immutable and hashable, so a conversation that grows by one turn re-encodes only
-    its new blocks. The cache is bounded; the oldest entries go first. ``max_entries=0`` turns
-    it off (a one-off render gains nothing from hashing its blocks).
+    its new blocks. The cache is bounded by ``max_entries`` blocks and by ``max_tokens``, the
+    ids it holds plus a quarter of its blocks' characters (its keys hold their text); the oldest
+    entries go first. ``max_entries=0`` turns it off (a one-off render gains nothing from
+    hashing its blocks).
     """
 
-    def __init__(self, tokenizer: Tokenizer, *, max_entries: int = 65536) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, *, max_entries: int = 65536, max_tokens: int = 1 << 20
+    ) -> None:
         self.tokenizer = tokenizer
         self._cache: dict[Block, tuple[int, ...]] = {}
-        self._max = max_entries
+        self._sizes: dict[Block, int] = {}
+        self._held = 0
+        self.max_entries = max_entries
+        self.max_tokens = max_tokens
         self._short: dict[str, list[int]] = {}
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """Blocks cached, and their size as the bound counts it."""
+        return len(self._cache), self._held
 
     def encode_block(self, block: Block) -> tuple[int, ...]:
         """The ids of one block (cached)."""
@@ -166,42 +178,59 @@ class BlockEncoder:
         controls = tok.controls
         encode = tok.encode_text
         short = self._short
+        chars = 0
         for seg in block.segments:
             if type(seg) is Text:
-                text = seg.text
-                if len(text) <= 16:
+                text = seg[0]
+                n = len(text)
+                chars += n
+                if n <= 16:
                     # Layout text such as "\n" or "assistant\n" recurs in every turn.
                     hit = short.get(text)
                     if hit is None:
                         hit = encode(text) if text else []
                         if len(short) < 4096:
                             short[text] = hit
-                    ids.extend(hit)
+                    ids += hit
                 else:
-                    ids.extend(encode(text))
+                    ids += encode(text)
             elif seg[0] in controls:
                 ids.append(controls[seg[0]])
             elif seg.required:  # type: ignore[union-attr]
                 tok.control_id(seg[0])  # raises TokenizerError naming the missing token
             else:
-                ids.extend(encode(seg[0]))
+                ids += encode(seg[0])
         result = tuple(ids)
-        if self._max:
-            if len(self._cache) >= self._max:
-                del self._cache[next(iter(self._cache))]
-            self._cache[block] = result
+        if self.max_entries:
+            self._remember(block, result, len(result) + chars // 4)
         return result
+
+    def _remember(self, block: Block, ids: tuple[int, ...], size: int) -> None:
+        if size > self.max_tokens:
+            return  # bigger than the whole cache
+        cache, sizes = self._cache, self._sizes
+        while cache and (len(cache) >= self.max_entries or self._held + size > self.max_tokens):
+            oldest = next(iter(cache))
+            del cache[oldest]
+            self._held -= sizes.pop(oldest)
+        cache[block] = ids
+        sizes[block] = size
+        self._held += size
 
     def encode(self, blocks: Sequence[Block]) -> RenderedPrompt:
         """Encode blocks into a :class:`RenderedPrompt` with one span per block."""
         ids: list[int] = []
         spans: list[Span] = []
-        get = self._cache.get if self._max else _no_hit
+        get = self._cache.get if self.max_entries else _no_hit
+        encode_new = self._encode_new
+        append = spans.append
+        start = 0
         for block in blocks:
-            start = len(ids)
             hit = get(block)
-            ids += hit if hit is not None else self._encode_new(block)
-            spans.append(Span(start, len(ids), block.messages))
+            ids += hit if hit is not None else encode_new(block)
+            end = len(ids)
+            append(Span(start, end, block.messages))
+            start = end
         return RenderedPrompt(ids=ids, blocks=tuple(blocks), spans=tuple(spans))
 
     def count(self, blocks: Iterable[Block]) -> int:
