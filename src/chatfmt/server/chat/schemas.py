@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -76,9 +77,35 @@ class ToolDef(_Lenient):
     function: FunctionDef
 
 
+#: Tool lists that passed :func:`check_tools`, by their JSON text: a client sends the same
+#: tools with every request, and checking them again costs more than writing them out.
+_CHECKED_TOOLS: dict[str, None] = {}
+_CHECKED_TOOLS_MAX = 64
+_CHECKED_TOOLS_CHARS = 256 * 1024
+_checked_lock = threading.Lock()
+
+
 def check_tools(value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
     """Tool definitions as sent, each checked against :class:`ToolDef` (for validators)."""
-    for i, tool in enumerate(value or ()):
+    if not value:
+        return value
+    try:
+        key: str | None = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        key = None
+    if key is not None and key in _CHECKED_TOOLS:
+        return value  # the same text passed before (a lone surrogate never does)
+    _check_each_tool(value)
+    if key is not None and len(key) <= _CHECKED_TOOLS_CHARS:
+        with _checked_lock:
+            while len(_CHECKED_TOOLS) >= _CHECKED_TOOLS_MAX:
+                del _CHECKED_TOOLS[next(iter(_CHECKED_TOOLS))]
+            _CHECKED_TOOLS[key] = None
+    return value
+
+
+def _check_each_tool(value: list[dict[str, Any]]) -> None:
+    for i, tool in enumerate(value):
         try:
             ToolDef.model_validate(tool)
         except ValidationError as exc:
@@ -90,7 +117,6 @@ def check_tools(value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | No
             raise ValueError(
                 f"tool {i} contains a lone surrogate; send valid Unicode text"
             ) from None
-    return value
 
 
 #: Tool definitions kept as sent, each checked against :class:`ToolDef`.

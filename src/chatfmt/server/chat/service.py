@@ -22,7 +22,8 @@ from ...driver import TurnDriver
 from ...engines.base import Engine, SamplingParams
 from ...errors import ChatFmtError, SchemaTooDeep, ValidationError
 from ...grammar import Grammar, SchemaError, json_grammar
-from ...messages import Conversation, Tool, from_openai
+from ...messages import Conversation, Tool, conversation_of
+from ...render_cache import ConversationCache, Lookup, ToolsCache
 from ...segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ...store import view_of
 from ...tokenizers.base import Piece, Tokenizer
@@ -163,6 +164,11 @@ class ChatService:
         self._encoder = BlockEncoder(self.tokenizer)
         self._render_lock = threading.Lock()
         self._longest_token: int | None = None
+        # A client re-sends the whole history as new JSON on every request: these keep the
+        # tool sets and the last requests (messages and prompts), so that a returning
+        # conversation pays for its new messages only. Both are bounded (render_cache.py).
+        self._tools = ToolsCache()
+        self._conversations = ConversationCache()
 
     # ==== Request → prompt ====
 
@@ -174,12 +180,13 @@ class ChatService:
         view: bool = False,
     ) -> Prepared:
         """:meth:`prepare` without blocking the event loop on a long conversation."""
-        if _text_size(req) <= INLINE_RENDER_CHARS and not self._needs_vocabulary_scan(req):
-            return self.prepare(req, continuation=continuation, view=view)
+        size = _text_size(req)
+        if size <= INLINE_RENDER_CHARS and not self._needs_vocabulary_scan(req, size):
+            return self.prepare(req, continuation=continuation, view=view, size=size)
         # Rendering a long conversation is CPU work: keep it off the event loop. The tokenizer
         # releases the GIL while it encodes, so the loop serves other requests meanwhile.
         return await asyncio.to_thread(
-            lambda: self.prepare(req, continuation=continuation, view=view)
+            lambda: self.prepare(req, continuation=continuation, view=view, size=size)
         )
 
     def prepare(
@@ -188,12 +195,14 @@ class ChatService:
         *,
         continuation: Continuation | None = None,
         view: bool = False,
+        size: int | None = None,
     ) -> Prepared:
         """Validate and render a request (blocking, but never waiting for another render).
 
         With a ``continuation`` whose view is this request's render of the same messages, its
         exact ids stand in for them (see :meth:`.Splicer.splice`); ``view`` asks for the
-        digest of the rendered prompt (:attr:`Prepared.view`), to store with the reply."""
+        digest of the rendered prompt (:attr:`Prepared.view`), to store with the reply.
+        ``size``: the request's ``_text_size``, when the caller has it already."""
         if req.n is not None and req.n != 1:
             raise ApiError(
                 400,
@@ -207,12 +216,15 @@ class ChatService:
         problem = count_problem({"messages": req.messages, "tools": req.tools}, self.limits)
         if problem is not None:
             raise problem
-        self._check_text_fits(req)
+        if size is None:
+            size = _text_size(req)
+        self._check_text_fits(req, size)
         try:
-            messages = from_openai(req.messages)
+            lookup = self._conversations.messages(req.messages)
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
-        tools = self._select_tools(req)
+        declared_tools = self._tools.tools(req.tools) if req.tools else ()
+        tools = self._select_tools(req, declared_tools)
         enabled, effort = controls_of(
             req.reasoning_effort, req.chat_template_kwargs, effort_param="reasoning_effort"
         )
@@ -220,14 +232,14 @@ class ChatService:
         if tools:
             dialect = dialect.with_tools(tools)
         try:
-            conv = Conversation(messages=tuple(messages), tools=tuple(tools))
+            conv = conversation_of(tuple(lookup.messages), tuple(tools))
             # How the reply starts (a thought open or not): the grammar and parser follow it.
             dialect = dialect.for_reply_to(conv)
             grammar = self._constraint(req, tools, dialect)
             # Without a grammar, a forced call is started in the prompt instead.
             prefill = self._forced_call(req, tools, dialect) if grammar is None else ()
             rendered, prefill_ids, spliced = self._render(
-                conv, prefill, _text_size(req), continuation, dialect
+                conv, prefill, size, continuation, dialect, lookup
             )
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
@@ -282,7 +294,7 @@ class ChatService:
             for s in prefill
         )
         choice = req.tool_choice
-        declared = frozenset(Tool(definition=d).name for d in req.tools or ())
+        declared = frozenset(t.name for t in declared_tools)
         allowed = frozenset() if choice == "none" else declared
         single = isinstance(choice, NamedToolChoice) or req.parallel_tool_calls is False
         return Prepared(
@@ -307,6 +319,7 @@ class ChatService:
         size: int,
         continuation: Continuation | None = None,
         dialect: Dialect | None = None,
+        lookup: Lookup | None = None,
     ) -> tuple[RenderedPrompt, list[int], list[int] | None]:
         """The prompt's ids, those of the forced-call prefix, and the prompt with a
         continuation's exact ids spliced in (``None``: not possible, see :meth:`.Splicer.splice`).
@@ -319,7 +332,14 @@ class ChatService:
         shared = size <= CACHED_RENDER_CHARS and self._render_lock.acquire(blocking=False)
         encoder = self._encoder if shared else BlockEncoder(self.tokenizer, max_entries=0)
         try:
-            rendered = dialect.render(conv, self.tokenizer, encoder=encoder)
+            if lookup is not None:
+                # A returning conversation renders only its new turn; what is cached beyond
+                # the encoder's blocks stays within ordinary sizes.
+                rendered = self._conversations.render(
+                    dialect, conv, encoder, lookup, store=size <= CACHED_RENDER_CHARS
+                )
+            else:
+                rendered = dialect.render(conv, self.tokenizer, encoder=encoder)
             prefill_ids = list(encoder.encode_block(Block(prefill))) if prefill else []
             spliced = None
             # The splicer renders with the service's dialect: a request that configured its
@@ -331,13 +351,13 @@ class ChatService:
                 self._render_lock.release()
         return rendered, prefill_ids, spliced
 
-    def _needs_vocabulary_scan(self, req: ChatCompletionRequest) -> bool:
+    def _needs_vocabulary_scan(self, req: ChatCompletionRequest, size: int) -> bool:
         """Whether :meth:`_check_text_fits` would first scan the vocabulary (tens of ms)."""
-        return self._longest_token is None and (
-            _rendered_chars(req) >= self.engine.context_length * _NORMALISED_SHRINK
-        )
+        # The text size bounds the rendered characters from above: small, no scan.
+        limit = self.engine.context_length * _NORMALISED_SHRINK
+        return self._longest_token is None and size >= limit and _rendered_chars(req) >= limit
 
-    def _check_text_fits(self, req: ChatCompletionRequest) -> None:
+    def _check_text_fits(self, req: ChatCompletionRequest, size: int) -> None:
         """The context check before rendering, for a prompt whose text alone cannot fit.
 
         No token stands for more text than the vocabulary's longest one, so the message text
@@ -345,6 +365,8 @@ class ChatService:
         the full check's error without paying for rendering and tokenizing megabytes.
         """
         context = self.engine.context_length
+        if size < context * _NORMALISED_SHRINK:
+            return  # _text_size counts at least the rendered characters: fits, no scan
         chars = _rendered_chars(req)
         if chars < context * _NORMALISED_SHRINK:
             return  # fits whatever the vocabulary: no need to know its longest token
@@ -460,7 +482,10 @@ class ChatService:
         name = None if choice == "required" else tools[0].name
         return dialect.forced_call_prefix(name)
 
-    def _select_tools(self, req: ChatCompletionRequest) -> list[Tool]:
+    def _select_tools(
+        self, req: ChatCompletionRequest, declared: tuple[Tool, ...] = ()
+    ) -> list[Tool]:
+        """The tools the model is shown; ``declared``: all of ``req.tools``, as Tools."""
         defs = req.tools or []
         choice = req.tool_choice
         if not defs and choice not in (None, "auto", "none"):
@@ -473,7 +498,7 @@ class ChatService:
         if choice == "none" or not defs:
             # "none": the model must not call tools, so it is not shown any.
             return []
-        tools = [Tool(definition=d) for d in defs]
+        tools = list(declared) if len(declared) == len(defs) else [Tool(definition=d) for d in defs]
         if choice is None or isinstance(choice, str):
             return tools  # "auto" and "required" show every tool; the model decides
         named = [t for t in tools if t.name == choice.function.name]
