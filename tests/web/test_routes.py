@@ -20,7 +20,7 @@ from chatfmt.context import Budget  # noqa: E402
 from chatfmt.dialects import get_dialect  # noqa: E402
 from chatfmt.prompts import default_system_prompt  # noqa: E402
 from chatfmt.tokenizers.base import Tokenizer  # noqa: E402
-from chatfmt.web import INTERPRETER_TOOL, demo_tools  # noqa: E402
+from chatfmt.web import demo_tools  # noqa: E402
 
 from .helpers import PLOT_CODE, build_app, live_server  # noqa: E402
 
@@ -180,7 +180,8 @@ async def test_count_is_exact(tok: Tokenizer) -> None:
     assert with_tools["tokens"] == budget.count(messages, tools=tools) > plain["tokens"]
     assert by_mode == with_tools
     assert with_system["tokens"] == budget.count(system + messages)
-    assert interp.json()["tokens"] == budget.count(messages, tools=[INTERPRETER_TOOL])
+    # Qwen2.5 asks for runs with fenced blocks: interpreter mode shows it no tool definition.
+    assert interp.json()["tokens"] == budget.count(messages) == plain["tokens"]
     assert empty["tokens"] > 0  # the default system prompt and the generation prompt
 
 

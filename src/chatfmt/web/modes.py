@@ -32,13 +32,21 @@ INTERPRETER_TOOL: dict[str, Any] = {
 
 
 class InterpreterOnly:
-    """The tool runner of interpreter mode: offers the interpreter, refuses anything else.
+    """The tool runner of interpreter mode: offers the interpreter (``offered``: as a tool
+    definition in the prompt), refuses anything else.
 
     The agent sends calls named ``interpreter`` to its interpreter before asking the runner.
+    A model whose format has no interpreter turn asks for runs with a fenced Python block
+    (``dialects/parsers/fence.py``); it is not shown the tool: the default model, shown it,
+    copies the definition into its code or squeezes multi-line code into one JSON line
+    (measured, see docs/benchmarks.md). A call of it still runs.
     """
 
+    def __init__(self, *, offered: bool = True) -> None:
+        self.offered = offered
+
     def openai_tools(self) -> list[dict[str, Any]]:
-        return [INTERPRETER_TOOL]
+        return [INTERPRETER_TOOL] if self.offered else []
 
     async def acall(
         self, name: str, arguments: str | Mapping[str, Any], *, timeout: float | None = None
@@ -52,10 +60,13 @@ class InterpreterOnly:
 
 @dataclass(frozen=True)
 class Modes:
-    """What this server offers: ``tools`` (tool mode) and whether it has an interpreter."""
+    """What this server offers: ``tools`` (tool mode) and whether it has an interpreter;
+    ``interpreter_tool``: whether interpreter mode shows the model the interpreter as a tool
+    (False where the dialect takes fenced blocks as run requests)."""
 
     tools: ToolRunner | None
     interpreter: bool
+    interpreter_tool: bool = True
 
     def problem(self, mode: Mode) -> str | None:
         """Why ``mode`` is not available here (``None``: it is)."""
@@ -73,7 +84,7 @@ class Modes:
         if mode == "tools":
             return self.tools
         if mode == "interpreter":
-            return InterpreterOnly()
+            return InterpreterOnly(offered=self.interpreter_tool)
         return None
 
     def tool_definitions(self, mode: Mode | None) -> list[dict[str, Any]]:

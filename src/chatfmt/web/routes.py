@@ -152,7 +152,9 @@ def mount_web(
         if interpreter_factory is not None
         else None
     )
-    modes = Modes(tools, interpreter=sessions is not None)
+    modes = Modes(
+        tools, interpreter=sessions is not None, interpreter_tool=not dialect.fenced_code_runs
+    )
     app.state.chatfmt_web_sessions = sessions
     if sessions is not None:
         _close_sessions_at_shutdown(app, sessions)
