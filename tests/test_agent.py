@@ -19,6 +19,7 @@ from chatfmt.agent import (
 )
 from chatfmt.engines.fake import FakeEngine
 from chatfmt.events import ReasoningDelta, TextDelta
+from chatfmt.prompts import INTERPRETER_PROMPT, TOOLS_PROMPT
 from chatfmt.tools import ToolRegistry, tool
 
 CALL = (
@@ -122,7 +123,8 @@ def test_repeated_call_stops_the_loop(qwen) -> None:  # type: ignore[no-untyped-
     # A repeat gets one more turn with the tools hidden; repeating again ends the loop.
     assert result.stopped == "repeated_call" and result.steps == 3
     # The repeated call was not run again and is not left dangling without a result.
-    assert [m.role for m in result.conversation.messages] == ["user", "assistant", "tool"]
+    roles = [m.role for m in result.conversation.messages]
+    assert roles == ["system", "user", "assistant", "tool"]  # the tools mode's default prompt
     chatfmt.get_dialect("qwen2.5").validate(result.conversation)
 
 
@@ -134,13 +136,14 @@ def test_a_repeated_call_gets_a_turn_without_tools(qwen) -> None:  # type: ignor
     result = asyncio.run(agent.run([{"role": "user", "content": "Weather in Beijing?"}]))
     assert result.stopped == "answer" and result.answer == "It is sunny in Beijing."
     assert [m.role for m in result.conversation.messages] == [
+        "system",
         "user",
         "assistant",
         "tool",
         "assistant",
     ]
     # The third prompt is the conversation so far without the tool definitions.
-    no_tools = dialect.render(result.conversation.messages[:3], qwen).ids
+    no_tools = dialect.render(result.conversation.messages[:4], qwen).ids
     assert engine.prompts[2] == no_tools and engine.prompts[1] != no_tools
 
 
@@ -233,10 +236,31 @@ def test_a_fenced_python_block_runs_in_interpreter_mode(qwen) -> None:  # type: 
     result = asyncio.run(agent.run([{"role": "user", "content": "f(4)?"}]))
     assert interp.codes == [code]
     assert result.answer == "The result is 16."
-    call = result.conversation.messages[1]
+    system, _, call, observation, _ = result.conversation.messages
+    assert system.content == INTERPRETER_PROMPT  # how to ask for a run, since none was given
     assert call.content == "Let me run it.\n"  # what the model wrote after the fence is gone
     assert call.tool_calls is not None and call.tool_calls[0].name == "interpreter"
-    assert result.conversation.messages[2].role == "tool"
+    assert observation.role == "tool"
+
+
+def test_the_default_system_prompt_fits_what_the_loop_offers(qwen) -> None:  # type: ignore[no-untyped-def]
+    dialect = chatfmt.get_dialect("qwen2.5")
+    engine = FakeEngine(qwen, ["ok<|im_end|>"] * 3)
+    tools = ToolRegistry([get_weather])
+    assert Agent(engine, dialect).default_prompt() is None
+    assert Agent(engine, dialect, tools=tools).default_prompt() == TOOLS_PROMPT
+    both = Agent(engine, dialect, tools=tools, interpreter=FakeInterpreter()).default_prompt()
+    assert both == INTERPRETER_PROMPT + "\n\n" + TOOLS_PROMPT
+    # ChatGLM3 asks for runs in its own interpreter turn: nothing to explain.
+    glm = chatfmt.get_dialect("chatglm3")
+    assert Agent(engine, glm, interpreter=FakeInterpreter()).default_prompt() is None
+    # A conversation's own system message wins; default_system=False adds none.
+    own = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "hi"}]
+    result = asyncio.run(Agent(engine, dialect, tools=tools).run(own))
+    assert result.conversation.messages[0].content == "Be terse."
+    plain = Agent(engine, dialect, tools=tools, default_system=False)
+    result = asyncio.run(plain.run([{"role": "user", "content": "hi"}]))
+    assert [m.role for m in result.conversation.messages] == ["user", "assistant"]
 
 
 def test_fenced_blocks_are_text_without_an_interpreter(qwen) -> None:  # type: ignore[no-untyped-def]

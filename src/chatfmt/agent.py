@@ -30,6 +30,7 @@ from .events import Event, ParseResult, ReasoningDelta, TextDelta
 from .grammar import Grammar, SchemaError
 from .interpreter.runner import CodeRunner as CodeRunner  # re-exported from its home
 from .messages import INTERPRETER, Conversation, Message, Tool, ToolCall, as_conversation
+from .prompts import INTERPRETER_PROMPT, TOOLS_PROMPT
 from .segments import BlockEncoder
 
 log = logging.getLogger("chatfmt.agent")
@@ -115,6 +116,7 @@ class Agent:
         max_steps: int = 8,
         tool_timeout: float = 30.0,
         code_timeout: float = 60.0,
+        default_system: bool = True,
     ) -> None:
         self.engine = engine
         self.dialect = dialect
@@ -124,6 +126,9 @@ class Agent:
         self.max_steps = max_steps
         self.tool_timeout = tool_timeout
         self.code_timeout = code_timeout
+        #: Whether a conversation without a system message gets the default prompt of what
+        #: the loop offers (``chatfmt.prompts``): how to ask for runs, to answer from results.
+        self.default_system = default_system
         tok = engine.tokenizer
         self._budget = Budget(dialect, tok, encoder=BlockEncoder(tok))
 
@@ -131,6 +136,22 @@ class Agent:
         if self.tools is None:
             return ()
         return tuple(Tool.of(t) for t in self.tools.openai_tools())
+
+    def default_prompt(self) -> str | None:
+        """The system prompt a conversation without one gets (``None``: none)."""
+        parts = []
+        if self.interpreter is not None and self.dialect.fenced_code_runs:
+            parts.append(INTERPRETER_PROMPT)
+        if any(t.name != INTERPRETER for t in self._tools()):
+            parts.append(TOOLS_PROMPT)
+        return "\n\n".join(parts) if parts and self.default_system else None
+
+    def _with_default_system(self, conv: Conversation) -> Conversation:
+        prompt = self.default_prompt()
+        if prompt is None or (conv.messages and conv.messages[0].role == "system"):
+            return conv
+        system = Message(role="system", content=prompt)
+        return Conversation(messages=(system, *conv.messages), tools=conv.tools)
 
     def _call_grammar(self, tools: Sequence[Tool]) -> Grammar | None:
         """The dialect's lazy call grammar, where the engine enforces one: the model answers
@@ -166,7 +187,7 @@ class Agent:
         self, conversation: ConversationLike
     ) -> AsyncIterator[AgentEvent | AgentResult]:
         """Run the loop, yielding events as they happen and the :class:`AgentResult` last."""
-        conv = as_conversation(conversation, self._tools() or None)
+        conv = self._with_default_system(as_conversation(conversation, self._tools() or None))
         grammar = self.params.grammar or self._call_grammar(conv.tools)
         new: list[Message] = []
         seen: set[tuple[str, str]] = set()

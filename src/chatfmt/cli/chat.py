@@ -64,6 +64,7 @@ def run_chat(
         tools=tools,
         interpreter=interpreter,
         params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
+        default_system=False,  # the command chose the system prompt (``--system '' ``: none)
     )
 
     async def turn(conversation: list[Message]) -> AgentResult | None:

@@ -293,6 +293,7 @@ def mount_web(
                 interpreter=interpreter,
                 params=sampling,
                 max_steps=max_steps,
+                default_system=False,  # the page sends the prompt it shows (or none)
             )
 
         async def events() -> AsyncIterator[dict[str, Any]]:
