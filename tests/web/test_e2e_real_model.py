@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ from fastapi import FastAPI
 from playwright.sync_api import Browser, Page, expect
 
 from chatfmt.dialects import get_dialect
+from chatfmt.prompts import TOOLS_PROMPT
 from chatfmt.web import demo_tools, mount_web
 
 from .helpers import live_server
@@ -89,14 +91,14 @@ def test_real_tool_call(real_page: Page) -> None:
 
 
 def test_real_tools_answer_with_the_tools_result(real_page: Page) -> None:
-    """With call grammars the small model calls the declared tool with valid arguments and
-    then answers from its result: the last reply states the demo reading's temperature. (The
-    0.5B model repeats the call first; the repeat is not run and it is asked for words. With
-    its default system prompt it then often declines; this one asks it to use the result.)"""
+    """Page defaults, nothing typed but the question: with call grammars the small model calls
+    the declared tool with valid arguments and then answers from its result, stating the demo
+    reading's temperature. (The 0.5B model often repeats the call first; the repeat is not
+    run and it is asked for words. Ten phrasings: tests/test_agent_real_model.py.)"""
     from chatfmt.web.demo import get_weather
 
     real_page.get_by_label("Tools", exact=True).check()
-    use_results(real_page)
+    expect(real_page.get_by_label("System prompt")).to_have_value(TOOLS_PROMPT)
     send(real_page, "What is the weather in Berlin?")
     wait_idle(real_page, REPLY_TIMEOUT)
     expect(real_page.locator("details.call summary").first).to_contain_text("get_weather")
@@ -109,7 +111,6 @@ def test_real_tools_clock_question(real_page: Page) -> None:
     """No tool tells the time: the turn ends with text, after at most one call run (a
     repeated call is shown as not run)."""
     real_page.get_by_label("Tools", exact=True).check()
-    use_results(real_page)
     send(real_page, "What time is it now?")
     wait_idle(real_page, REPLY_TIMEOUT)
     ran = real_page.locator("details.call").filter(has_not_text="not run")
@@ -117,12 +118,37 @@ def test_real_tools_clock_question(real_page: Page) -> None:
     expect(real_page.locator(".msg.assistant .content").last).not_to_be_empty()
 
 
-def use_results(page: Page) -> None:
-    page.locator("summary", has_text="System prompt").click()
-    page.get_by_label("System prompt").fill(
-        "You are a helpful assistant. When a tool result arrives, answer the user with it in "
-        "one sentence."
+def test_real_interpreter_sum_of_squares(real_page: Page) -> None:
+    """Page defaults: the model writes a Python block, it runs, and the answer states the
+    output (the multi-line code that arrived as its first line inside a JSON call before)."""
+    if real_page.get_by_label("Code interpreter", exact=True).is_disabled():
+        pytest.skip("jupyter_client / ipykernel are not installed")
+    real_page.get_by_label("Code interpreter", exact=True).check()
+    send(
+        real_page,
+        "Compute the sum of the squares of the integers from 1 to 100 with Python and tell me "
+        "the result.",
     )
+    wait_idle(real_page, REPLY_TIMEOUT)
+    cell = real_page.locator("details.code-cell").first
+    expect(cell.locator(".output")).to_contain_text("338350")
+    expect(real_page.locator(".msg.assistant .content").last).to_contain_text("338350")
+    shot(real_page, "real-interpreter-squares.png")
+
+
+def test_real_interpreter_uploaded_csv_row_count(real_page: Page, tmp_path: Path) -> None:
+    if real_page.get_by_label("Code interpreter", exact=True).is_disabled():
+        pytest.skip("jupyter_client / ipykernel are not installed")
+    real_page.get_by_label("Code interpreter", exact=True).check()
+    csv = tmp_path / "sales.csv"
+    csv.write_text("region,units\n" + "".join(f"r{i % 4},{10 + i}\n" for i in range(37)))
+    real_page.locator("#file-input").set_input_files(str(csv))
+    expect(real_page.locator("#status")).to_contain_text("Uploaded sales.csv")
+    send(real_page, "How many rows does sales.csv have?")
+    wait_idle(real_page, REPLY_TIMEOUT)
+    expect(real_page.locator("details.code-cell .output").first).to_contain_text("37")
+    expect(real_page.locator(".msg.assistant .content").last).to_contain_text("37")
+    shot(real_page, "real-interpreter-csv.png")
 
 
 def test_real_interpreter(real_page: Page) -> None:
