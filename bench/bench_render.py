@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import statistics
 import sys
@@ -455,13 +456,26 @@ def main() -> None:
     if args.clock == "wall":
         CLOCK = time.perf_counter
 
+    load = os.getloadavg()[0]
     lines = tool_chat_rows(args)
     if not args.only_tools:
         lines += ["", *plain_chat_rows(args)]
+    lines += [
+        "",
+        f"Load average (1 min) at the start and the end of this run: {load:.1f}, "
+        f"{os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs).",
+    ]
+    if args.before:
+        lines.append(
+            "Before: this script on the commit before the render caches (60f34d1), "
+            "`PYTHONPATH=<that tree>/src .venv/bin/python bench/bench_render.py --only-tools "
+            "--no-memory --save before.json`, run just before this one."
+        )
     report = "\n".join(lines)
     print(report)
     if args.write:
-        write_section("Render → ids", report, "bench/bench_render.py --write")
+        before = " --before before.json" if args.before else ""
+        write_section("Render → ids", report, f"bench/bench_render.py{before} --write")
 
 
 if __name__ == "__main__":

@@ -345,6 +345,7 @@ def from_openai(messages: Iterable[Mapping[str, Any]], *, first_index: int = 0) 
 
 #: Keys of an OpenAI message that :func:`message_from_openai_fast` builds without pydantic.
 _FAST_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+_ROLE_SET = frozenset(ROLES)
 _MESSAGE_DEFAULTS: dict[str, Any] = {
     "role": None,
     "content": None,
@@ -411,10 +412,19 @@ def message_from_openai_fast(raw: Mapping[str, Any]) -> Message | None:
     with ids and JSON-object arguments); ``None`` for anything else, which the validating path
     then accepts or rejects with its own error. Equal to the validated message, field for
     field (tests/test_messages_fast.py)."""
-    if type(raw) is not dict or not _FAST_KEYS.issuperset(raw):
+    if type(raw) is not dict:
         return None
     role = raw.get("role")
-    if role not in ROLES:
+    if type(role) is not str or role not in _ROLE_SET:
+        return None
+    content = raw.get("content")
+    if len(raw) == 2 and type(content) is str and (content.isascii() or _is_text(content)):
+        # {"role": ..., "content": "..."}, most of a chat: the shortest way.
+        fields = dict(_MESSAGE_DEFAULTS)
+        fields["role"] = role
+        fields["content"] = content
+        return _built(Message, fields, {"role", "content"})
+    if not _FAST_KEYS.issuperset(raw):
         return None
     fields = dict(_MESSAGE_DEFAULTS)
     for key in ("content", "tool_call_id", "name"):
