@@ -238,7 +238,7 @@ def test_a_fenced_python_block_runs_in_interpreter_mode(qwen) -> None:  # type: 
     assert result.answer == "The result is 16."
     system, _, call, observation, _ = result.conversation.messages
     assert system.content == INTERPRETER_PROMPT  # how to ask for a run, since none was given
-    assert call.content == "Let me run it.\n"  # what the model wrote after the fence is gone
+    assert call.content == "Let me run it."  # what the model wrote after the fence is gone
     assert call.tool_calls is not None and call.tool_calls[0].name == "interpreter"
     assert observation.role == "tool"
 
