@@ -118,12 +118,16 @@ def test_real_tools_clock_question(real_page: Page) -> None:
     expect(real_page.locator(".msg.assistant .content").last).not_to_be_empty()
 
 
+def interpreter_mode(page: Page) -> None:
+    if page.get_by_label("Code interpreter", exact=True).is_disabled():
+        pytest.skip("jupyter_client / ipykernel are not installed")
+    page.get_by_label("Code interpreter", exact=True).check()
+
+
 def test_real_interpreter_sum_of_squares(real_page: Page) -> None:
     """Page defaults: the model writes a Python block, it runs, and the answer states the
     output (the multi-line code that arrived as its first line inside a JSON call before)."""
-    if real_page.get_by_label("Code interpreter", exact=True).is_disabled():
-        pytest.skip("jupyter_client / ipykernel are not installed")
-    real_page.get_by_label("Code interpreter", exact=True).check()
+    interpreter_mode(real_page)
     send(
         real_page,
         "Compute the sum of the squares of the integers from 1 to 100 with Python and tell me "
@@ -137,9 +141,7 @@ def test_real_interpreter_sum_of_squares(real_page: Page) -> None:
 
 
 def test_real_interpreter_uploaded_csv_row_count(real_page: Page, tmp_path: Path) -> None:
-    if real_page.get_by_label("Code interpreter", exact=True).is_disabled():
-        pytest.skip("jupyter_client / ipykernel are not installed")
-    real_page.get_by_label("Code interpreter", exact=True).check()
+    interpreter_mode(real_page)
     csv = tmp_path / "sales.csv"
     csv.write_text("region,units\n" + "".join(f"r{i % 4},{10 + i}\n" for i in range(37)))
     real_page.locator("#file-input").set_input_files(str(csv))
@@ -152,9 +154,7 @@ def test_real_interpreter_uploaded_csv_row_count(real_page: Page, tmp_path: Path
 
 
 def test_real_interpreter(real_page: Page) -> None:
-    if real_page.get_by_label("Code interpreter", exact=True).is_disabled():
-        pytest.skip("jupyter_client / ipykernel are not installed")
-    real_page.get_by_label("Code interpreter", exact=True).check()
+    interpreter_mode(real_page)
     send(
         real_page,
         "Run this Python code: import matplotlib.pyplot as plt; "
