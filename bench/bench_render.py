@@ -504,7 +504,8 @@ def main() -> None:
     ]
     if args.before:
         lines.append(
-            "Before: this script on the commit before the render caches (60f34d1), "
+            "Before: this script on the render path as it was before the render caches "
+            "(5aaa7d0; the commits between it and them touch none of it), "
             "`PYTHONPATH=<that tree>/src .venv/bin/python bench/bench_render.py --only-tools "
             "--no-memory --save before.json`, run just before this one."
         )
