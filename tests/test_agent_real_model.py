@@ -58,13 +58,21 @@ class Outcome:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    # One loop for the module: the engine's child process and connections belong to it.
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def engine(loop: asyncio.AbstractEventLoop) -> Iterator[Any]:
     from chatfmt.engines.default_model import ensure_default_model
     from chatfmt.engines.llama_server import LlamaServerEngine
 
     eng = LlamaServerEngine(ensure_default_model(progress=False), parallel=1, n_threads=2)
     yield eng
-    asyncio.run(eng.aclose())
+    loop.run_until_complete(eng.aclose())
 
 
 @pytest.fixture
@@ -77,7 +85,12 @@ def kernel() -> Iterator[Any]:
         yield interpreter
 
 
-def ask(agent: Agent, question: str, check: Callable[[AgentResult, list[Any]], bool]) -> Outcome:
+def ask(
+    loop: asyncio.AbstractEventLoop,
+    agent: Agent,
+    question: str,
+    check: Callable[[AgentResult, list[Any]], bool],
+) -> Outcome:
     async def go() -> tuple[AgentResult, list[ToolFinished]]:
         runs: list[ToolFinished] = []
         result: AgentResult | None = None
@@ -89,7 +102,7 @@ def ask(agent: Agent, question: str, check: Callable[[AgentResult, list[Any]], b
         assert result is not None
         return result, runs
 
-    result, runs = asyncio.run(go())
+    result, runs = loop.run_until_complete(go())
     return Outcome(
         question,
         check(result, runs),
@@ -138,7 +151,9 @@ SQUARES = [
 ]
 
 
-def test_interpreter_sum_of_squares(engine: Any, kernel: Any) -> None:
+def test_interpreter_sum_of_squares(
+    loop: asyncio.AbstractEventLoop, engine: Any, kernel: Any
+) -> None:
     def check(result: AgentResult, runs: list[ToolFinished]) -> bool:
         ran = any(r.call.name == INTERPRETER and "338350" in r.observation for r in runs)
         return ran and states(result.answer, 338350)
@@ -146,7 +161,7 @@ def test_interpreter_sum_of_squares(engine: Any, kernel: Any) -> None:
     outcomes = []
     for question in SQUARES:
         agent = Agent(engine, get_dialect("qwen2.5"), interpreter=kernel, params=PARAMS)
-        outcomes.append(ask(agent, question, check))
+        outcomes.append(ask(loop, agent, question, check))
     assert report("interpreter: sum of squares 1..100", outcomes) >= BAR
 
 
@@ -167,7 +182,9 @@ CSV_QUESTIONS = [
 ]
 
 
-def test_interpreter_csv_row_count(engine: Any, kernel: Any) -> None:
+def test_interpreter_csv_row_count(
+    loop: asyncio.AbstractEventLoop, engine: Any, kernel: Any
+) -> None:
     lines = ["region,month,units"] + [f"r{i % 4},{1 + i % 12},{10 + i}" for i in range(ROWS)]
     path = kernel.upload("sales.csv", "\n".join(lines) + "\n")
 
@@ -179,7 +196,7 @@ def test_interpreter_csv_row_count(engine: Any, kernel: Any) -> None:
     for question in CSV_QUESTIONS:
         agent = Agent(engine, get_dialect("qwen2.5"), interpreter=kernel, params=PARAMS)
         # As the page tells the model of an upload, with the message after it.
-        outcomes.append(ask(agent, f"Uploaded file: {path}\n\n{question}", check))
+        outcomes.append(ask(loop, agent, f"Uploaded file: {path}\n\n{question}", check))
     assert report(f"interpreter: row count of an uploaded CSV ({ROWS} rows)", outcomes) >= BAR
 
 
@@ -199,7 +216,7 @@ WEATHER = [
 ]
 
 
-def test_tools_weather(engine: Any) -> None:
+def test_tools_weather(loop: asyncio.AbstractEventLoop, engine: Any) -> None:
     outcomes = []
     for question, city in WEATHER:
         reading = get_weather(city)
@@ -216,7 +233,7 @@ def test_tools_weather(engine: Any) -> None:
             )
 
         agent = Agent(engine, get_dialect("qwen2.5"), tools=demo_tools(), params=PARAMS)
-        outcomes.append(ask(agent, question, check))
+        outcomes.append(ask(loop, agent, question, check))
     assert report("tools: the weather, answered from the tool's reading", outcomes) >= BAR
 
 
@@ -243,7 +260,7 @@ ADD = [
 ]
 
 
-def test_agent_add_in_three_turns(engine: Any) -> None:
+def test_agent_add_in_three_turns(loop: asyncio.AbstractEventLoop, engine: Any) -> None:
     def check(result: AgentResult, runs: list[ToolFinished]) -> bool:
         return result.steps <= 3 and states(result.answer, 42) and not raw_call_in(result.answer)
 
@@ -252,7 +269,7 @@ def test_agent_add_in_three_turns(engine: Any) -> None:
         agent = Agent(
             engine, get_dialect("qwen2.5"), tools=ToolRegistry([add]), params=PARAMS, max_steps=3
         )
-        outcomes.append(ask(agent, question, check))
+        outcomes.append(ask(loop, agent, question, check))
     assert report("agent loop: 17 + 25 with an add tool, at most 3 turns", outcomes) >= BAR
 
 
