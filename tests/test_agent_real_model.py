@@ -31,6 +31,7 @@ from chatfmt import get_dialect
 from chatfmt.agent import Agent, AgentResult, ToolFinished
 from chatfmt.engines.base import SamplingParams
 from chatfmt.messages import INTERPRETER
+from chatfmt.prompts import upload_note
 from chatfmt.tools import ToolRegistry, tool
 from chatfmt.web.demo import demo_tools, get_weather
 
@@ -196,7 +197,7 @@ def test_interpreter_csv_row_count(
     for question in CSV_QUESTIONS:
         agent = Agent(engine, get_dialect("qwen2.5"), interpreter=kernel, params=PARAMS)
         # As the page tells the model of an upload, with the message after it.
-        outcomes.append(ask(loop, agent, f"Uploaded file: {path}\n\n{question}", check))
+        outcomes.append(ask(loop, agent, f"{upload_note(str(path))}\n\n{question}", check))
     assert report(f"interpreter: row count of an uploaded CSV ({ROWS} rows)", outcomes) >= BAR
 
 

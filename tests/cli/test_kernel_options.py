@@ -59,10 +59,9 @@ def test_file_goes_into_the_working_directory_and_the_system_prompt(tmp_path: Pa
     data.write_text("month,total\njan,3\nfeb,5\n")
     with JupyterInterpreter(tmp_path / "work") as k:
         system = give_files(k, [str(data)], "Be brief.")
-        assert system is not None and system.startswith(
-            "Be brief.\n\nFiles for the code interpreter: "
-        )
-        path = system.rsplit(": ", 1)[1]
+        assert system is not None and system.startswith("Be brief.\n\nUploaded file: ")
+        assert system.endswith(" (read it with Python, e.g. pandas.read_csv)")
+        path = system.split("Uploaded file: ", 1)[1].split(" (", 1)[0]
         assert (
             k.execute(f"import pandas as pd\nint(pd.read_csv({path!r}).total.sum())").text == "8\n"
         )

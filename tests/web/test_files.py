@@ -110,6 +110,11 @@ async def test_upload_list_download(app: Any) -> None:
         saved = r.json()
         assert saved["name"] == "data.csv" and saved["size"] == len(body)
         assert Path(saved["path"]).read_bytes() == body
+        # What the page sends the model: where the file is and how to read it.
+        assert (
+            saved["note"]
+            == f"Uploaded file: {saved['path']} (read it with Python, e.g. pandas.read_csv)"
+        )
         # The kernel of this conversation sees it where the model is told it is.
         sessions = app.state.chatfmt_web_sessions
         async with sessions.use(CID) as interp:

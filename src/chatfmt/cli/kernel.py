@@ -184,6 +184,7 @@ def announce(kwargs: dict[str, Any]) -> None:
 def give_files(interpreter: Any, paths: Sequence[str], system: str | None) -> str | None:
     """Copy ``paths`` into the interpreter's working directory (``--file``) and return the
     system prompt that tells the model where they are."""
+    from ..prompts import upload_note
     from ..web.files import FileError, check_name
 
     saved = []
@@ -197,5 +198,5 @@ def give_files(interpreter: Any, paths: Sequence[str], system: str | None) -> st
         saved.append(str(interpreter.upload(source.name, data)))
     if not saved:
         return system
-    note = "Files for the code interpreter: " + ", ".join(saved)
+    note = "\n".join(upload_note(path) for path in saved)
     return f"{system}\n\n{note}" if system else note

@@ -18,6 +18,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from ..errors import InterpreterError
 from ..interpreter.sessions import InterpreterSessions, SessionsBusy
+from ..prompts import upload_note
 from ..server.http.bodies import json_response
 from ..server.http.errors import ApiError, ErrorResponse
 from ..server.http.openapi import error_responses
@@ -125,7 +126,10 @@ def mount_files(
             path = await asyncio.to_thread(save_upload, root, name, data)
         except FileError as exc:
             raise ApiError(exc.status, str(exc), param="name") from None
-        return json_response(UploadResponse(name=name, path=str(path), size=len(data)))
+        saved = UploadResponse(
+            name=name, path=str(path), size=len(data), note=upload_note(str(path))
+        )
+        return json_response(saved)
 
     @app.get(
         "/api/files/{cid}",

@@ -87,6 +87,8 @@ class UploadResponse(_Strict):
     name: str
     path: str
     size: int
+    #: The line the page puts before the user's next message to tell the model of the file.
+    note: str
 
 
 class FileEntry(_Strict):

@@ -16,7 +16,7 @@ function size(n) {
 }
 
 export function createFiles({ list, status, conversation, maxBytes }) {
-  const pending = []; // paths uploaded since the last message, told to the model with it
+  const pending = []; // notes of the files uploaded since the last message, sent with it
 
   async function refresh() {
     const res = await fetch(`/api/files/${conversation()}`, { headers: authHeaders() });
@@ -50,7 +50,7 @@ export function createFiles({ list, status, conversation, maxBytes }) {
       return;
     }
     const saved = await res.json();
-    pending.push(saved.path);
+    pending.push(saved.note);
     status(`Uploaded ${saved.name} (${size(saved.size)}); your next message tells the model.`);
     await refresh();
   }
@@ -75,9 +75,9 @@ export function createFiles({ list, status, conversation, maxBytes }) {
   // The user's message with the uploads since the last one named first.
   function withUploads(text) {
     if (!pending.length) return text;
-    const lines = pending.map((p) => `Uploaded file: ${p}`);
+    const lines = pending.join("\n");
     pending.length = 0;
-    return lines.join("\n") + "\n\n" + text;
+    return lines + "\n\n" + text;
   }
 
   async function uploadAll(files) {
