@@ -114,12 +114,15 @@ def ask(
     )
 
 
-def report(task: str, outcomes: list[Outcome]) -> float:
+def report(task: str, outcomes: list[Outcome], capsys: pytest.CaptureFixture[str]) -> float:
+    """Print the task's pass rate and each phrasing's outcome, past pytest's capture (the
+    figures are what this module is for), and return the rate."""
     passed = sum(o.passed for o in outcomes)
     rate = passed / len(outcomes)
-    print(f"\n{task}: {passed}/{len(outcomes)} passed ({rate:.0%})")
-    for o in outcomes:
-        print(o.line())
+    with capsys.disabled():
+        print(f"\n{task}: {passed}/{len(outcomes)} passed ({rate:.0%})")
+        for o in outcomes:
+            print(o.line())
     return rate
 
 
@@ -153,7 +156,7 @@ SQUARES = [
 
 
 def test_interpreter_sum_of_squares(
-    loop: asyncio.AbstractEventLoop, engine: Any, kernel: Any
+    loop: asyncio.AbstractEventLoop, engine: Any, kernel: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def check(result: AgentResult, runs: list[ToolFinished]) -> bool:
         ran = any(r.call.name == INTERPRETER and "338350" in r.observation for r in runs)
@@ -163,7 +166,7 @@ def test_interpreter_sum_of_squares(
     for question in SQUARES:
         agent = Agent(engine, get_dialect("qwen2.5"), interpreter=kernel, params=PARAMS)
         outcomes.append(ask(loop, agent, question, check))
-    assert report("interpreter: sum of squares 1..100", outcomes) >= BAR
+    assert report("interpreter: sum of squares 1..100", outcomes, capsys) >= BAR
 
 
 # ==== Code interpreter: a file's row count ====
@@ -184,7 +187,7 @@ CSV_QUESTIONS = [
 
 
 def test_interpreter_csv_row_count(
-    loop: asyncio.AbstractEventLoop, engine: Any, kernel: Any
+    loop: asyncio.AbstractEventLoop, engine: Any, kernel: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lines = ["region,month,units"] + [f"r{i % 4},{1 + i % 12},{10 + i}" for i in range(ROWS)]
     path = kernel.upload("sales.csv", "\n".join(lines) + "\n")
@@ -198,7 +201,9 @@ def test_interpreter_csv_row_count(
         agent = Agent(engine, get_dialect("qwen2.5"), interpreter=kernel, params=PARAMS)
         # As the page tells the model of an upload, with the message after it.
         outcomes.append(ask(loop, agent, f"{upload_note(str(path))}\n\n{question}", check))
-    assert report(f"interpreter: row count of an uploaded CSV ({ROWS} rows)", outcomes) >= BAR
+    assert (
+        report(f"interpreter: row count of an uploaded CSV ({ROWS} rows)", outcomes, capsys) >= BAR
+    )
 
 
 # ==== Tools: the weather ====
@@ -217,7 +222,9 @@ WEATHER = [
 ]
 
 
-def test_tools_weather(loop: asyncio.AbstractEventLoop, engine: Any) -> None:
+def test_tools_weather(
+    loop: asyncio.AbstractEventLoop, engine: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     outcomes = []
     for question, city in WEATHER:
         reading = get_weather(city)
@@ -235,7 +242,7 @@ def test_tools_weather(loop: asyncio.AbstractEventLoop, engine: Any) -> None:
 
         agent = Agent(engine, get_dialect("qwen2.5"), tools=demo_tools(), params=PARAMS)
         outcomes.append(ask(loop, agent, question, check))
-    assert report("tools: the weather, answered from the tool's reading", outcomes) >= BAR
+    assert report("tools: the weather, answered from the tool's reading", outcomes, capsys) >= BAR
 
 
 # ==== The Python API's agent loop: add ====
@@ -261,7 +268,9 @@ ADD = [
 ]
 
 
-def test_agent_add_in_three_turns(loop: asyncio.AbstractEventLoop, engine: Any) -> None:
+def test_agent_add_in_three_turns(
+    loop: asyncio.AbstractEventLoop, engine: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     def check(result: AgentResult, runs: list[ToolFinished]) -> bool:
         return result.steps <= 3 and states(result.answer, 42) and not raw_call_in(result.answer)
 
@@ -271,7 +280,7 @@ def test_agent_add_in_three_turns(loop: asyncio.AbstractEventLoop, engine: Any) 
             engine, get_dialect("qwen2.5"), tools=ToolRegistry([add]), params=PARAMS, max_steps=3
         )
         outcomes.append(ask(loop, agent, question, check))
-    assert report("agent loop: 17 + 25 with an add tool, at most 3 turns", outcomes) >= BAR
+    assert report("agent loop: 17 + 25 with an add tool, at most 3 turns", outcomes, capsys) >= BAR
 
 
 def test_states() -> None:
