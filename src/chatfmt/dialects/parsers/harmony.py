@@ -203,9 +203,13 @@ class HarmonyParser(StreamParser):
         scan.feed(text)
         self._calls.flush(scan)
         if _closed(scan):
+            call = self._calls.open
             self._calls.end()
-            # After the arguments, only whitespace: anything else stops the scanner.
-            self._tail = scan.error is not None or scan.done
+            # After the arguments, only whitespace: what the body holds past them, however
+            # the output was chunked (the scanner may read on past the object).
+            body = "".join(self._body)
+            args = "".join(call.arguments) if call is not None else ""
+            self._tail = bool(body[body.find("{") + len(args) :].strip(WS))
         elif scan.error is not None:
             self._calls.cut(f"has malformed JSON ({scan.error})")
 
