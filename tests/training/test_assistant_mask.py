@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_render import TOOLS  # the same two tools the training render's properties use
 
 from chatfmt import get_dialect
 from chatfmt.tokenizers.base import Tokenizer
@@ -46,20 +47,6 @@ SHARED = Path(__file__).resolve().parents[3] / "shared"
 TOKENIZER_JSON = SHARED / "assets" / "qwen2.5" / "tokenizer.json"
 PUBLISHED = SHARED / "reference" / "qwen2.5_chat_template.jinja"
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": "d",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
-            },
-        },
-    }
-    for name in ("get_weather", "find_city")
-]
 words = (
     st.text(st.sampled_from("abc xyzé你.,!?\n"), min_size=1, max_size=12)
     .map(str.strip)
