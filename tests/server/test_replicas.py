@@ -4,10 +4,12 @@ engine's ``cached_tokens`` reported), a web conversation saved through one opens
 other, both write at once and lose nothing, and ``kill -9`` of one mid-stream loses no
 response a client was already given.
 
-The engine is a scripted vLLM stand-in in this process (``/v1/models`` and a streamed
-``/v1/completions`` with token ids), shared by both replicas as a cluster's router would be;
-it keeps a prefix cache of every sequence it has seen, as vLLM's prefix caching does, and
-reports the prompt tokens it found there.
+The first test's engine is a scripted vLLM stand-in in this process (``/v1/models`` and a
+streamed ``/v1/completions`` with token ids), shared by both replicas as a cluster's router
+would be; it keeps a prefix cache of every sequence it has seen, as vLLM's prefix caching
+does, and reports the prompt tokens it found there, so the test can check each prompt. The
+second runs the same story on a real engine: llama.cpp's ``llama-server`` with the default
+model, two slots, both replicas in front of it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -190,8 +194,10 @@ def replicas(qwen: Tokenizer, postgres_server: Any) -> Iterator[tuple[FakeCluste
             assert "replica-db-secret" not in "".join(replica.output)
 
 
-def respond(replica: Replica, text: str, previous: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "served", "input": text}
+def respond(
+    replica: Replica, text: str, previous: str | None = None, **settings: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "served", "input": text, **settings}
     if previous is not None:
         body["previous_response_id"] = previous
     r = httpx.post(f"{replica.url}/v1/responses", json=body, headers=KEY, timeout=30)
@@ -290,3 +296,98 @@ def test_two_replicas_share_chains_conversations_and_survive_a_kill(
     assert fourth["previous_response_id"] == third["id"]
     listed = httpx.get(f"{b.url}/api/conversations", headers=KEY, timeout=10).json()
     assert [c["id"] for c in listed["conversations"]] == [cid]
+
+
+# ==== The same on a real engine: llama-server with the default model ====
+
+#: Greedy and short, so that the real model's turns are quick and repeatable.
+REAL = {"temperature": 0, "max_output_tokens": 12}
+
+
+def stream_until_killed(replica: Replica, body: dict[str, Any], events: list[str]) -> None:
+    """Stream ``body`` from ``replica`` into ``events`` until it ends or the replica dies."""
+    try:
+        with httpx.stream(
+            "POST", f"{replica.url}/v1/responses", json=body, headers=KEY, timeout=60
+        ) as r:
+            for line in r.iter_lines():
+                events.append(line)
+    except httpx.HTTPError:
+        pass  # the replica died under it
+
+
+def test_two_replicas_in_front_of_a_real_llama_server(
+    default_model_path: Path,
+    raw_llama_server: Callable[..., AbstractContextManager[str]],
+    postgres_server: Any,
+) -> None:
+    store_url = postgres_server.database(password="replica-db-secret")
+    args = ("--parallel", "2", "--threads", "1", "--ctx-size", "8192")
+    with raw_llama_server(default_model_path, *args) as engine_url:
+        started: list[Replica] = []
+        try:
+            started.append(Replica(engine_url, store_url))
+            started.append(Replica(engine_url, store_url))
+            a, b = started
+            # A chain started on A continues on B on A's exact ids: the engine finds the
+            # whole first exchange in its cache (it evaluates the last token again).
+            first = respond(a, "Name one colour.", **REAL)
+            second = respond(b, "Name another.", first["id"], **REAL)
+            replied = first["usage"]["output_tokens"] - 1  # without its stop token
+            cached = second["usage"]["input_tokens_details"]["cached_tokens"]
+            assert cached >= first["usage"]["input_tokens"] + replied - 1, (first, second)
+            metrics = httpx.get(f"{b.url}/metrics", headers=KEY, timeout=10).text
+            assert re.search(r'chatfmt_responses_continued_total\{prompt="exact"\} 1\.0', metrics)
+
+            # A web conversation saved through B opens on A.
+            state = {"messages": [{"role": "user", "content": "kept across replicas"}]}
+            put = httpx.put(
+                f"{b.url}/api/conversations/conv-real", json=state, headers=KEY, timeout=10
+            )
+            assert put.status_code == 200, put.text
+            opened = httpx.get(f"{a.url}/api/conversations/conv-real", headers=KEY, timeout=10)
+            assert opened.status_code == 200 and opened.json()["messages"] == state["messages"]
+
+            # Both replicas write at once: four chains of two turns, alternating replicas.
+            results: list[list[str]] = []
+
+            def chain(n: int) -> None:
+                one = respond((a, b)[n % 2], f"Say the number {n}.", **REAL)
+                two = respond((b, a)[n % 2], "And the next one?", one["id"], **REAL)
+                results.append([one["id"], two["id"]])
+
+            threads = [threading.Thread(target=chain, args=(n,)) for n in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(300)
+            assert len(results) == 4
+
+            # kill -9 of A while it streams a long reply: nothing already given is lost.
+            given = [first["id"], second["id"], *(r for ids in results for r in ids)]
+            events: list[str] = []
+            body = {"model": "served", "input": "Write a long story about a lighthouse.",
+                    "stream": True, "temperature": 0, "max_output_tokens": 400,
+                    "previous_response_id": second["id"]}  # fmt: skip
+            reader = threading.Thread(target=stream_until_killed, args=(a, body, events))
+            reader.start()
+            deadline = time.monotonic() + 120
+            while sum("output_text.delta" in e for e in events) < 5:
+                assert time.monotonic() < deadline and reader.is_alive(), events[:10]
+                time.sleep(0.05)
+            os.kill(a.proc.pid, signal.SIGKILL)
+            a.proc.wait(10)
+            reader.join(60)
+            assert not any("response.completed" in e for e in events)
+            for rid in given:
+                found = httpx.get(f"{b.url}/v1/responses/{rid}", headers=KEY, timeout=10)
+                assert found.status_code == 200, (rid, found.text)
+            # The conversation A was streaming continues on B from its last given turn.
+            third = respond(b, "Where were we?", second["id"], **REAL)
+            assert third["previous_response_id"] == second["id"]
+            assert third["output"][0]["content"][0]["text"]
+        finally:
+            for replica in started:
+                replica.stop()
+            for replica in started:
+                assert "replica-db-secret" not in "".join(replica.output)

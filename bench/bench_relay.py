@@ -1,0 +1,261 @@
+"""The relay's CPU per token: what ``chatfmt serve`` spends between an engine and its clients.
+
+    python bench/bench_relay.py                        # this tree
+    python bench/bench_relay.py --src OTHER/src        # another checkout (before/after)
+
+An engine that costs nothing to ask (a llama-server stand-in in its own process that streams
+pre-encoded ``/completion`` events of the qwen2.5 vocabulary, ``--rate`` tokens per second per
+stream, or as fast as it can with ``--rate 0``) sits behind ``chatfmt serve --engine remote``;
+``--streams`` clients at once each stream a chat completion (or a Responses stream) of
+``--tokens`` tokens. The serve process's own CPU time (user + system, from ``/proc``, its
+children excluded) over the run, divided by the tokens relayed, is the relay's CPU per token:
+reading the engine's stream, decoding and parsing, the call policy, serializing each delta
+and writing it out. Each case runs ``--repeats`` times; the median is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil  # type: ignore[import-untyped, unused-ignore]
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT = (
+    "The river bends past the old mill, where the water slows and the light turns green. "
+    "Children skip stones from the bank while herons wait in the shallows, patient as posts. "
+)
+
+
+# ==== The engine stand-in (runs in its own process: --engine-only) ====
+
+
+def engine_events(tokens: int) -> list[bytes]:
+    """The ``/completion`` events of one reply of ``tokens`` tokens, then the final event."""
+    from chatfmt.tokenizers import load_tokenizer
+
+    tok = load_tokenizer("qwen2.5")
+    ids: list[int] = []
+    while len(ids) < tokens:
+        ids.extend(tok.encode_text(TEXT))
+    out = []
+    for n, token in enumerate(ids[:tokens]):
+        body = {
+            "index": 0,
+            "content": tok.decode([token]),
+            "tokens": [token],
+            "stop": False,
+            "id_slot": 0,
+            "tokens_predicted": n + 1,
+            "tokens_evaluated": 20,
+        }
+        out.append(b"data: " + json.dumps(body).encode() + b"\n\n")
+    final = {
+        "index": 0,
+        "content": "",
+        "tokens": [],
+        "stop": True,
+        "stop_type": "limit",
+        "tokens_predicted": tokens,
+        "tokens_evaluated": 20,
+        "timings": {"cache_n": 0, "prompt_n": 20, "predicted_n": tokens},
+    }
+    out.append(b"data: " + json.dumps(final).encode() + b"\n\n")
+    return out
+
+
+def run_engine(port: int, tokens: int, rate: float) -> None:
+    events = engine_events(tokens)
+    models = json.dumps({"object": "list", "data": [{"id": "m", "owned_by": "llamacpp"}]})
+    props = json.dumps({"default_generation_settings": {"n_ctx": 8192}})
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                line = head.split(b"\r\n", 1)[0].decode()
+                length = 0
+                for h in head.split(b"\r\n")[1:]:
+                    if h.lower().startswith(b"content-length:"):
+                        length = int(h.split(b":", 1)[1])
+                if length:
+                    await reader.readexactly(length)
+                if line.startswith("GET"):
+                    body = (props if "/props" in line else models).encode()
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                        + body
+                    )
+                    await writer.drain()
+                    continue
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n"
+                )
+                start = time.monotonic()
+                for n, event in enumerate(events):
+                    writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    if rate:
+                        await writer.drain()
+                        delay = start + (n + 1) / rate - time.monotonic()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# ==== Processes ====
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[Any]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with status {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} was not ready in 60 s")
+
+
+def start(args: argparse.Namespace) -> tuple[subprocess.Popen[Any], subprocess.Popen[Any], str]:
+    env = dict(os.environ)
+    if args.src:
+        env["PYTHONPATH"] = str(Path(args.src).resolve())
+    eport, sport = free_port(), free_port()
+    engine = subprocess.Popen(
+        [sys.executable, __file__, "--engine-only", str(eport), "--tokens", str(args.tokens),
+         "--rate", str(args.rate)],
+        env=env,
+    )  # fmt: skip
+    wait_ready(f"http://127.0.0.1:{eport}/v1/models", engine)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "chatfmt.cli", "serve", "--engine", "remote",
+         "--engine-url", f"http://127.0.0.1:{eport}", "--tokenizer", "qwen2.5",
+         "--dialect", "qwen2.5", "--port", str(sport), "--no-web", "--no-interpreter"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{sport}"
+    wait_ready(url + "/health", serve)
+    return engine, serve, url
+
+
+# ==== Clients ====
+
+
+async def one_stream(client: httpx.AsyncClient, url: str, kind: str, tokens: int) -> int:
+    """Stream one reply; the number of delta events received."""
+    if kind == "chat":
+        path, body = "/v1/chat/completions", {
+            "model": "m",
+            "messages": [{"role": "user", "content": "Tell me about the river."}],
+            "max_tokens": tokens,
+            "stream": True,
+        }
+        marker = b'"content":'
+    else:
+        path, body = "/v1/responses", {
+            "model": "m",
+            "input": "Tell me about the river.",
+            "max_output_tokens": tokens,
+            "stream": True,
+            "store": False,
+        }
+        marker = b"response.output_text.delta"
+    events = 0
+    async with client.stream("POST", url + path, json=body) as r:
+        r.raise_for_status()
+        async for raw in r.aiter_bytes():
+            events += raw.count(marker)
+    return events
+
+
+async def burst(url: str, kind: str, streams: int, tokens: int) -> float:
+    async with httpx.AsyncClient(timeout=120) as client:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one_stream(client, url, kind, tokens) for _ in range(streams)))
+        return time.perf_counter() - t0
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return float(t.user + t.system)
+
+
+def measure(args: argparse.Namespace, kind: str) -> tuple[float, float]:
+    """(relay CPU µs per token, wall seconds per burst), medians over the repeats."""
+    engine, serve, url = start(args)
+    try:
+        asyncio.run(burst(url, kind, args.streams, args.tokens))  # warm-up
+        proc = psutil.Process(serve.pid)
+        per_token, walls = [], []
+        for _ in range(args.repeats):
+            before = cpu_seconds(proc)
+            walls.append(asyncio.run(burst(url, kind, args.streams, args.tokens)))
+            per_token.append((cpu_seconds(proc) - before) / (args.streams * args.tokens) * 1e6)
+        return statistics.median(per_token), statistics.median(walls)
+    finally:
+        for p in (serve, engine):
+            p.terminate()
+            p.wait(30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--engine-only", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--src", help="run chatfmt from this source folder (before/after)")
+    ap.add_argument("--streams", type=int, default=8, help="concurrent streams (default 8)")
+    ap.add_argument("--tokens", type=int, default=400, help="tokens per stream (default 400)")
+    ap.add_argument(
+        "--rate", type=float, default=50.0,
+        help="tokens per second per stream from the engine; 0 = as fast as it can (default 50)",
+    )  # fmt: skip
+    ap.add_argument("--repeats", type=int, default=3, help="measured bursts (default 3)")
+    ap.add_argument("--kinds", default="chat,responses", help="chat, responses or both")
+    args = ap.parse_args()
+    if args.engine_only:
+        run_engine(args.engine_only, args.tokens, args.rate)
+        return
+    for kind in args.kinds.split(","):
+        cpu, wall = measure(args, kind)
+        print(
+            f"{kind}: {cpu:.1f} µs CPU per token relayed "
+            f"({args.streams} streams × {args.tokens} tokens, rate {args.rate:g}/s, "
+            f"{wall:.2f} s per burst)",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
