@@ -4,8 +4,9 @@
     python bench/bench_relay.py --src OTHER/src        # another checkout (before/after)
 
 An engine that costs nothing to ask (a llama-server stand-in in its own process that streams
-pre-encoded ``/completion`` events of the qwen2.5 vocabulary, ``--rate`` tokens per second per
-stream, or as fast as it can with ``--rate 0``) sits behind ``chatfmt serve --engine remote``;
+pre-encoded ``/completion`` events of the qwen2.5 vocabulary: one token of every stream at
+each tick of one clock, ``--rate`` ticks a second, as a batching engine's decode steps; as
+fast as it can with ``--rate 0``) sits behind ``chatfmt serve --engine remote``;
 ``--streams`` clients at once each stream a chat completion (or a Responses stream) of
 ``--tokens`` tokens. The serve process's own CPU time (user + system, from ``/proc``, its
 children excluded) over the run, divided by the tokens relayed, is the relay's CPU per token:
@@ -78,6 +79,7 @@ def run_engine(port: int, tokens: int, rate: float) -> None:
     events = engine_events(tokens)
     models = json.dumps({"object": "list", "data": [{"id": "m", "owned_by": "llamacpp"}]})
     props = json.dumps({"default_generation_settings": {"n_ctx": 8192}})
+    period = 1 / rate if rate else 0.0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -103,14 +105,14 @@ def run_engine(port: int, tokens: int, rate: float) -> None:
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                     b"Transfer-Encoding: chunked\r\n\r\n"
                 )
-                start = time.monotonic()
-                for n, event in enumerate(events):
+                for event in events:
                     writer.write(b"%x\r\n%s\r\n" % (len(event), event))
                     if rate:
+                        # Every stream's next token at the next tick of one clock, as a
+                        # batching engine decodes one token for each of its slots per step.
                         await writer.drain()
-                        delay = start + (n + 1) / rate - time.monotonic()
-                        if delay > 0:
-                            await asyncio.sleep(delay)
+                        now = time.monotonic()
+                        await asyncio.sleep((now // period + 1) * period - now)
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

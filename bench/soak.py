@@ -37,6 +37,7 @@ import json
 import random
 import secrets
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -460,6 +461,9 @@ def report(
 
 
 def main(opts: argparse.Namespace) -> int:
+    # A plain kill would leave the servers, llama-server and PostgreSQL running: exit through
+    # the clean-up below instead.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = Path(tempfile.mkdtemp(prefix="chatfmt-soak-"))
     key = "soak-" + secrets.token_urlsafe(16)
     reps: list[Replica] = []

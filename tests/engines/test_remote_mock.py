@@ -1,11 +1,15 @@
-"""RemoteEngine against scripted HTTP servers (httpx.MockTransport): what it sends, what it
-reads back, retries and failures."""
+"""RemoteEngine against scripted HTTP servers (real ones on 127.0.0.1, each answer an
+``httpx.Response`` written by the test): what it sends, what it reads back, retries and
+failures."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -17,9 +21,55 @@ from chatfmt.engines.remote import RemoteEngine
 from chatfmt.errors import EngineError, EngineUnavailableError
 from chatfmt.grammar import Grammar, Trigger
 
-httpx = pytest.importorskip("httpx", reason="RemoteEngine needs httpx (chatfmt[server])")
+httpx = pytest.importorskip("httpx", reason="the scripted answers are httpx responses")
+pytest.importorskip("aiohttp", reason="RemoteEngine needs aiohttp (chatfmt[server])")
 
 IM_END = 151645
+_running: list[ThreadingHTTPServer] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_servers() -> Iterator[None]:
+    yield
+    while _running:
+        server = _running.pop()
+        server.shutdown()
+        server.server_close()
+
+
+def serve(answer: Callable[[httpx.Request], httpx.Response]) -> str:
+    """A real HTTP server on 127.0.0.1 answering each request with ``answer(request)``, written
+    to the socket as it is (status, headers, body in chunks); its base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _answer(self) -> None:
+            size = int(self.headers.get("Content-Length") or 0)
+            request = httpx.Request(
+                self.command,
+                f"http://{self.headers['Host']}{self.path}",
+                headers=dict(self.headers),
+                content=self.rfile.read(size),
+            )
+            response = answer(request)
+            body = response.read()
+            self.send_response(response.status_code)
+            self.send_header("Content-Type", response.headers.get("content-type", "text/plain"))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _running.append(server)
+    return f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def sse(*events: Any, done: bool = True) -> bytes:
@@ -60,13 +110,7 @@ class Server:
 
 
 def engine(qwen, server: Any, **kw: Any) -> RemoteEngine:
-    return RemoteEngine(
-        "http://engine.test/v1/",
-        tokenizer=qwen,
-        transport=httpx.MockTransport(server),
-        backoff=0.001,
-        **kw,
-    )
+    return RemoteEngine(serve(server) + "/v1/", tokenizer=qwen, backoff=0.001, **kw)
 
 
 def prompt_of(qwen, text: str = "hi") -> list[int]:
@@ -180,25 +224,49 @@ def test_unknown_server_falls_back_to_text_on_400(qwen) -> None:
 
 
 def test_retries_then_unavailable(qwen) -> None:
+    # A server that accepts each connection and closes it before answering.
+    listener = socket.create_server(("127.0.0.1", 0))
     calls = 0
 
-    def refuse(request: httpx.Request) -> httpx.Response:
+    def refuse() -> None:
         nonlocal calls
-        calls += 1
-        raise httpx.ConnectError("connection refused", request=request)
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            calls += 1
+            conn.close()
 
+    threading.Thread(target=refuse, daemon=True).start()
     eng = RemoteEngine(
-        "http://engine.test",
+        f"http://127.0.0.1:{listener.getsockname()[1]}",
         tokenizer=qwen,
-        transport=httpx.MockTransport(refuse),
         retries=2,
         backoff=0.001,
         flavor="vllm",
         context_length=4096,
     )
-    with pytest.raises(EngineUnavailableError, match="after 3 attempts"):
+    try:
+        with pytest.raises(EngineUnavailableError, match="after 3 attempts"):
+            asyncio.run(eng.generate([1, 2], SamplingParams(max_tokens=5)))
+        assert calls == 3
+    finally:
+        listener.close()
+    # Nothing listening at all is the same answer.
+    port = _closed_port()
+    eng = RemoteEngine(
+        f"http://127.0.0.1:{port}", tokenizer=qwen, retries=1, backoff=0.001, flavor="vllm",
+        context_length=4096,
+    )  # fmt: skip
+    with pytest.raises(EngineUnavailableError, match="cannot reach the engine"):
         asyncio.run(eng.generate([1, 2], SamplingParams(max_tokens=5)))
-    assert calls == 3
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_503_is_retried(qwen) -> None:
@@ -261,9 +329,8 @@ def test_text_only_output_splits_only_the_dialects_text_controls(small_glm) -> N
     results = {}
     for controls in (None, glm3.text_controls):
         eng = RemoteEngine(
-            "http://engine.test/v1/",
+            serve(srv) + "/v1/",
             tokenizer=small_glm,
-            transport=httpx.MockTransport(srv),
             context_length=4096,
             flavor="llama-cpp-python",  # answers text only
             text_controls=controls,

@@ -80,6 +80,28 @@ class GenerationChunk:
     cached_tokens: int | None = None
 
 
+def merge_chunks(chunks: Sequence[GenerationChunk]) -> list[GenerationChunk]:
+    """Consecutive chunks of one stream as few as can carry the same: ids and text joined
+    while ``exact_ids`` agrees, up to a chunk that finishes. A reader that received several
+    at once hands them on as one (one decode step, one delta to the client)."""
+    out: list[GenerationChunk] = []
+    for chunk in chunks:
+        last = out[-1] if out else None
+        if last is None or last.finish_reason is not None or last.exact_ids != chunk.exact_ids:
+            out.append(chunk)
+            continue
+        text = (last.text or "") + (chunk.text or "")
+        cached = chunk.cached_tokens if chunk.cached_tokens is not None else last.cached_tokens
+        out[-1] = GenerationChunk(
+            last.token_ids + chunk.token_ids,
+            text or None,
+            chunk.finish_reason,
+            chunk.exact_ids,
+            cached,
+        )
+    return out
+
+
 @dataclass(slots=True)
 class Generation:
     """A whole completion, as :meth:`Engine.generate` returns it."""

@@ -33,23 +33,20 @@ retried (the tokens were delivered): it raises :class:`EngineError`.
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Literal
 
-from .._imports import require
 from ..decoding import ControlSplitter, split_controls
 from ..errors import EngineError, EngineUnavailableError, RemoteHTTPError
 from ..grammar import Grammar
 from ..tokenizers.base import Piece, Tokenizer
-from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams
+from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams, merge_chunks
+from .http import EngineHTTP
 
 Flavor = Literal["vllm", "llama.cpp", "llama-cpp-python", "openai"]
 PromptMode = Literal["ids", "text"]
 
 DEFAULT_CONTEXT_LENGTH = 4096
-_RETRY_STATUS = frozenset({502, 503, 504})
 
 
 class RemoteEngine(Engine):
@@ -60,7 +57,7 @@ class RemoteEngine(Engine):
     :meth:`connect` once to detect it. ``timeout`` bounds the wait for each streamed chunk;
     ``retries`` is the number of extra attempts when the server cannot be reached.
     ``flavor`` skips detection (``"vllm"``, ``"llama.cpp"``, ``"llama-cpp-python"`` or
-    ``"openai"``); ``transport`` is an ``httpx`` transport (tests use ``MockTransport``).
+    ``"openai"``).
     """
 
     def __init__(
@@ -76,25 +73,25 @@ class RemoteEngine(Engine):
         backoff: float = 0.25,
         context_length: int | None = None,
         flavor: Flavor | None = None,
-        transport: Any = None,
         text_controls: Sequence[str] | None = None,
     ) -> None:
-        self._httpx = require("httpx", extra="server")
         url = base_url.rstrip("/")
         self.base_url = url.removesuffix("/v1")
+        self._http = EngineHTTP(
+            self.base_url,
+            api_key=api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            retries=retries,
+            backoff=backoff,
+        )
         self.name = f"remote:{self.base_url}"
         self.model = model
         self._tokenizer = tokenizer
-        self._api_key = api_key
-        self._timeout = self._httpx.Timeout(timeout, connect=connect_timeout)
-        self._retries = max(0, retries)
-        self._backoff = backoff
         self._context_length = context_length
         self._flavor: Flavor | None = flavor
         self._detected = flavor is not None and (context_length is not None or flavor == "openai")
         self._prompt_mode: PromptMode = "text" if flavor == "llama-cpp-python" else "ids"
-        self._clients: dict[int, Any] = {}
-        self._transport = transport  # an httpx transport, for tests
         self._controls = list(tokenizer.controls)
         # Output that arrives as text only is split at these (the dialect's text controls);
         # ChatGLM3's "sop" must stay a word there, or "isopropyl" would lose it.
@@ -117,31 +114,16 @@ class RemoteEngine(Engine):
 
     # ==== Connection ====
 
-    def _client(self) -> Any:
-        # httpx connection pools belong to one event loop; keep one client per loop.
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(id(loop))
-        if client is None or client.is_closed:
-            client = self._httpx.AsyncClient(timeout=self._timeout, transport=self._transport)
-            self._clients[id(loop)] = client
-        return client
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
-
     async def connect(self) -> None:
         """Detect the server kind, model name and context length (retrying while it starts).
 
         Raises :class:`EngineUnavailableError` if the server cannot be reached.
         """
-        data = await self._get_json("/v1/models", retry=True)
+        data = await self._http.get_json("/v1/models", retry=True)
         self._detect(data)
         if self._flavor == "llama.cpp" and self._context_length is None:
             try:
-                props = await self._get_json("/props", retry=False)
+                props = await self._http.get_json("/props", retry=False)
                 n_ctx = props.get("default_generation_settings", {}).get("n_ctx")
                 if isinstance(n_ctx, int) and n_ctx > 0:
                     self._context_length = n_ctx
@@ -171,39 +153,15 @@ class RemoteEngine(Engine):
         if self._context_length is None and isinstance(max_len, int) and max_len > 0:
             self._context_length = max_len
 
-    async def _get_json(self, path: str, *, retry: bool) -> Any:
-        httpx = self._httpx
-        url = self.base_url + path
-        last: Exception | None = None
-        for attempt in range(self._retries + 1 if retry else 1):
-            try:
-                resp = await self._client().get(url, headers=self._headers())
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                last = exc
-                await asyncio.sleep(self._backoff * 2**attempt)
-                continue
-            if resp.status_code >= 400:
-                raise EngineError(f"GET {url} answered {resp.status_code}: {resp.text[:200]}")
-            try:
-                return resp.json()
-            except ValueError:
-                raise EngineError(f"GET {url} did not answer JSON") from None
-        raise EngineUnavailableError(
-            f"cannot reach the engine at {self.base_url} ({_describe(last)}); "
-            "is the server running and the URL right?"
-        )
-
     async def health(self) -> bool:
         try:
-            await self._get_json("/v1/models", retry=False)
+            await self._http.get_json("/v1/models", retry=False)
         except EngineError:
             return False
         return True
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.aclose()
+        await self._http.aclose()
 
     # ==== Requests ====
 
@@ -269,39 +227,6 @@ class RemoteEngine(Engine):
             )
         return text
 
-    async def _open(self, body: dict[str, Any]) -> Any:
-        """POST the request and return the streaming response, retrying while unreachable."""
-        httpx = self._httpx
-        url = self.base_url + self._path()
-        last: Exception | None = None
-        for attempt in range(self._retries + 1):
-            if attempt:
-                await asyncio.sleep(self._backoff * 2 ** (attempt - 1))
-            client = self._client()
-            try:
-                request = client.build_request("POST", url, json=body, headers=self._headers())
-                resp = await client.send(request, stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-                last = exc  # nothing was generated yet: safe to retry
-                continue
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                raise EngineError(f"request to {url} failed: {_describe(exc)}") from None
-            if resp.status_code < 400:
-                return resp
-            detail = (await resp.aread()).decode("utf-8", "replace")[:500]
-            await resp.aclose()
-            if resp.status_code in _RETRY_STATUS:
-                last = EngineError(f"HTTP {resp.status_code}: {detail}")
-                continue
-            raise RemoteHTTPError(
-                f"the engine at {url} answered {resp.status_code}: {detail}",
-                status_code=resp.status_code,
-            )
-        raise EngineUnavailableError(
-            f"cannot reach the engine at {self.base_url} after {self._retries + 1} attempts "
-            f"({_describe(last)}); is the server running and the URL right?"
-        )
-
     async def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncGenerator[GenerationChunk, None]:
@@ -315,7 +240,7 @@ class RemoteEngine(Engine):
                 self._detected = True  # no /v1/models: a plain OpenAI-compatible server
                 self._flavor = self._flavor or "openai"
         try:
-            resp = await self._open(self._body(prompt, params, budget))
+            resp = await self._http.open(self._path(), self._body(prompt, params, budget))
         except RemoteHTTPError as exc:
             # llama.cpp servers and vLLM take id prompts: their 400 is about something else.
             known = self._flavor in ("llama.cpp", "vllm")
@@ -323,42 +248,27 @@ class RemoteEngine(Engine):
                 raise
             # The server rejected a token-id prompt: fall back to a verified text prompt.
             self._prompt_mode = "text"
-            resp = await self._open(self._body(prompt, params, budget))
+            resp = await self._http.open(self._path(), self._body(prompt, params, budget))
         async for chunk in self._read(resp):
             yield chunk
 
     async def _read(self, resp: Any) -> AsyncGenerator[GenerationChunk, None]:
-        httpx = self._httpx
         splitter = ControlSplitter(self._output_controls)
         finished = False
-        try:
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue  # blank separators, ": ping" comments, event names
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                try:
-                    data = json.loads(payload)
-                except ValueError:
-                    raise EngineError(
-                        f"the engine sent a malformed event: {payload[:200]}"
-                    ) from None
+        async for batch in self._http.events(resp):
+            chunks: list[GenerationChunk] = []
+            for data in batch:
                 if not isinstance(data, dict):
                     continue
                 if "error" in data:
                     raise EngineError(f"the engine reported an error: {_error_text(data['error'])}")
                 chunk = self._chunk(data, splitter)
                 if chunk is not None:
-                    finished = finished or chunk.finish_reason is not None
-                    yield chunk
-        except (httpx.TransportError, httpx.TimeoutException) as exc:
-            raise EngineError(
-                f"the connection to the engine at {self.base_url} broke mid-stream "
-                f"({_describe(exc)})"
-            ) from None
-        finally:
-            await resp.aclose()
+                    chunks.append(chunk)
+            # What arrived in one read goes on as one chunk: one decode, one delta out.
+            for chunk in merge_chunks(chunks):
+                finished = finished or chunk.finish_reason is not None
+                yield chunk
         if not finished:
             raise EngineError(
                 f"the engine at {self.base_url} ended the stream without a finish reason"
@@ -462,10 +372,3 @@ def _error_text(error: Any) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or error)
     return str(error)
-
-
-def _describe(exc: BaseException | None) -> str:
-    if exc is None:
-        return "no attempt was made"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

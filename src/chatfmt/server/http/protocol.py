@@ -1,10 +1,15 @@
-"""uvicorn's h11 protocol with the connection-level limits of :class:`ServerLimits`.
+"""uvicorn's HTTP protocol with the connection-level limits of :class:`ServerLimits`.
 
 uvicorn times out idle keep-alive connections, but not a connection that is still sending its
 request headers: a client that opens connections and sends a byte now and then (slowloris)
 holds them for ever. Nor does it count connections per client. :func:`guarded_protocol` makes
-a subclass of its h11 protocol that does both; pass it as ``uvicorn.Config(http=...)``, or
-use :func:`chatfmt.server.http.limits.uvicorn_options`.
+a subclass of its protocol that does both; pass it as ``uvicorn.Config(http=...)``, or use
+:func:`chatfmt.server.http.limits.uvicorn_options`.
+
+The protocol is uvicorn's httptools one where ``httptools`` is installed (the server extra
+installs it): it frames each streamed chunk in a few byte operations, where the pure-Python
+h11 one validates and frames every chunk through its state machine, a cost paid per token
+by a relay in front of an engine. Without ``httptools``, it is the h11 one.
 """
 
 from __future__ import annotations
@@ -65,8 +70,8 @@ def _refusal(host: str, cap: int) -> Any:
     return refuse
 
 
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, plus a deadline for request headers and a per-client cap.
+class ConnectionGuard:
+    """A deadline for request headers and a per-client cap, mixed into a uvicorn protocol.
 
     The header deadline starts when the connection opens and, on a kept-alive connection,
     when the first byte of the next request arrives (an idle kept-alive connection is left to
@@ -84,6 +89,12 @@ class GuardedH11Protocol(H11Protocol):
 
     limits: ClassVar[ServerLimits] = DEFAULT_LIMITS
     clients: ClassVar[ClientConnections] = ClientConnections()
+    # What the guard reads of the uvicorn protocol it is mixed into (both have them).
+    app: Any
+    client: tuple[str, int] | None
+    cycle: Any
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
 
     def __init__(
         self,
@@ -92,15 +103,15 @@ class GuardedH11Protocol(H11Protocol):
         app_state: dict[str, Any],
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
+        super().__init__(config, server_state, app_state, _loop)  # type: ignore[call-arg]
         self._counted_host: str | None = None
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
 
     # ==== Connection events ====
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
         cap = self.limits.max_connections_per_client
         host = self.client[0] if self.client else None  # None: a Unix socket
         if cap is not None and host is not None:
@@ -117,13 +128,13 @@ class GuardedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._header_timer is None and self._between_requests():
             self._arm_header_timer()  # the first bytes of the next request on this connection
-        super().data_received(data)
+        super().data_received(data)  # type: ignore[misc]
         if not self._between_requests():
             self._disarm_header_timer()
             self._watch_body()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        super().on_response_complete()  # type: ignore[misc]
         # A pipelined request already buffered may have started here, headers complete.
         self._disarm_body_timer()
         if not self._between_requests():
@@ -136,7 +147,7 @@ class GuardedH11Protocol(H11Protocol):
         if self._counted_host is not None:
             self.clients.remove(self._counted_host)
             self._counted_host = None
-        super().connection_lost(exc)
+        super().connection_lost(exc)  # type: ignore[misc]
 
     # ==== Header deadline ====
 
@@ -194,11 +205,31 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()  # the app's receive() then reports a disconnect
 
 
-def guarded_protocol(limits: ServerLimits = DEFAULT_LIMITS) -> type[GuardedH11Protocol]:
-    """A :class:`GuardedH11Protocol` class enforcing ``limits``, with its own connection count
-    (one per server: a second server must not share the first one's counts)."""
+class GuardedH11Protocol(ConnectionGuard, H11Protocol):
+    """uvicorn's h11 protocol with the :class:`ConnectionGuard`."""
+
+
+def _fastest() -> type[ConnectionGuard]:
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # httptools is not installed
+        return GuardedH11Protocol
+
+    class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
+        """uvicorn's httptools protocol with the :class:`ConnectionGuard`."""
+
+    return GuardedHttpToolsProtocol
+
+
+def guarded_protocol(
+    limits: ServerLimits = DEFAULT_LIMITS, *, h11: bool = False
+) -> type[ConnectionGuard]:
+    """A guarded protocol class enforcing ``limits``, with its own connection count (one per
+    server: a second server must not share the first one's counts): httptools' where it is
+    installed, h11's where it is not or ``h11`` is true."""
+    base = GuardedH11Protocol if h11 else _fastest()
     attrs = {"limits": limits, "clients": ClientConnections()}
-    return cast(type[GuardedH11Protocol], type("GuardedH11Protocol", (GuardedH11Protocol,), attrs))
+    return cast(type[ConnectionGuard], type(base.__name__, (base,), attrs))
 
 
-__all__ = ["ClientConnections", "GuardedH11Protocol", "guarded_protocol"]
+__all__ = ["ClientConnections", "ConnectionGuard", "GuardedH11Protocol", "guarded_protocol"]
