@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil  # type: ignore[import-untyped, unused-ignore]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import write_section
@@ -151,12 +152,24 @@ async def stream_chat(
     return ttft, usage, "".join(parts), time.perf_counter()
 
 
-async def bursts(url: str, n: int, tokens: int, count: int) -> dict[str, float]:
-    """``count`` bursts of ``n`` simultaneous requests (new prompts each time: no cache hits)."""
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of process ``pid`` itself (its children, the engine, apart)."""
+    if pid is None:
+        return 0.0
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+async def bursts(
+    url: str, n: int, tokens: int, count: int, pid: int | None = None
+) -> dict[str, float]:
+    """``count`` bursts of ``n`` simultaneous requests (new prompts each time: no cache hits);
+    with ``pid``, that process's CPU time per completion token over them too."""
     limits = httpx.Limits(max_connections=n + 2)
     total, wall, ttfts = 0, 0.0, []
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         await stream_chat(client, prompt(99, 99), 8)  # warm-up
+        cpu = cpu_seconds(pid)
         # At least a dozen TTFT samples per level: one burst of one request is one sample.
         for b in range(max(count, -(-12 // n))):
             start = time.perf_counter()
@@ -166,11 +179,13 @@ async def bursts(url: str, n: int, tokens: int, count: int) -> dict[str, float]:
             total += sum(r[1] for r in results)
             wall += max(r[3] for r in results) - start
             ttfts += [r[0] for r in results]
+        cpu = cpu_seconds(pid) - cpu
     return {
         "tok_s": total / wall,
         "ttft_p50": statistics.median(ttfts),
         "ttft_max": max(ttfts),
         "tokens": total,
+        "cpu_us": cpu / total * 1e6,
     }
 
 
@@ -232,7 +247,7 @@ def main() -> None:
                 stop(proc)
             proc, url = start_chatfmt(n, args.threads)
             try:
-                ours_runs.append(asyncio.run(bursts(url, n, args.tokens, args.bursts)))
+                ours_runs.append(asyncio.run(bursts(url, n, args.tokens, args.bursts, proc.pid)))
             finally:
                 stop(proc)
         raw = sorted(raw_runs, key=lambda r: r["tok_s"])[len(raw_runs) // 2]
@@ -241,7 +256,8 @@ def main() -> None:
             f"| {n} | {ours['tok_s']:.1f} tok/s, TTFT p50 {ours['ttft_p50']:.2f} s "
             f"(max {ours['ttft_max']:.2f}) | {raw['tok_s']:.1f} tok/s, TTFT p50 "
             f"{raw['ttft_p50']:.2f} s (max {raw['ttft_max']:.2f}) | "
-            f"{ours['tok_s'] / raw['tok_s']:.2f}× | {ours['ttft_p50'] / raw['ttft_p50']:.2f}× |"
+            f"{ours['tok_s'] / raw['tok_s']:.2f}× | {ours['ttft_p50'] / raw['ttft_p50']:.2f}× | "
+            f"{ours['cpu_us']:.0f} µs |"
         )
         print(row, flush=True)
         rows.append(row)
@@ -253,8 +269,13 @@ def main() -> None:
         f"threads, {SLOT_CTX} tokens of context per slot; the median of {args.rounds} "
         "alternating rounds. Peer: llama.cpp's `llama-server --parallel N` "
         "started by hand on the same GGUF, answering its own `/v1/chat/completions`.\n\n"
+        "The last column is the chatfmt process's own CPU time (user + system, the "
+        "llama-server child apart) per completion token over the measured bursts: the "
+        "relay's cost, which competes with the engine for the same two cores.\n\n"
         "| concurrent chats | chatfmt serve | raw llama-server | throughput ratio | "
-        "TTFT p50 ratio |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+        "TTFT p50 ratio | chatfmt CPU per token |\n|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
     )
     if not args.no_alternating:
         lines = []

@@ -1,7 +1,7 @@
 """The relay's CPU per token: what ``chatfmt serve`` spends between an engine and its clients.
 
-    python bench/bench_relay.py                        # this tree
-    python bench/bench_relay.py --src OTHER/src        # another checkout (before/after)
+    python bench/bench_relay.py                                # this tree, printed
+    python bench/bench_relay.py --before OTHER/src --write     # before/after, in the docs
 
 An engine that costs nothing to ask (a llama-server stand-in in its own process that streams
 pre-encoded ``/completion`` events of the qwen2.5 vocabulary: one token of every stream at
@@ -11,7 +11,9 @@ fast as it can with ``--rate 0``) sits behind ``chatfmt serve --engine remote``;
 ``--tokens`` tokens. The serve process's own CPU time (user + system, from ``/proc``, its
 children excluded) over the run, divided by the tokens relayed, is the relay's CPU per token:
 reading the engine's stream, decoding and parsing, the call policy, serializing each delta
-and writing it out. Each case runs ``--repeats`` times; the median is reported.
+and writing it out. Each case runs ``--repeats`` times; the median is reported. With
+``--before``, that checkout's ``src`` and this one alternate for ``--rounds`` rounds, and the
+medians over the rounds are compared (``--write`` puts the table in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
 import psutil  # type: ignore[import-untyped, unused-ignore]
+from _report import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (
@@ -151,10 +155,12 @@ def wait_ready(url: str, proc: subprocess.Popen[Any]) -> None:
     raise RuntimeError(f"{url} was not ready in 60 s")
 
 
-def start(args: argparse.Namespace) -> tuple[subprocess.Popen[Any], subprocess.Popen[Any], str]:
+def start(
+    args: argparse.Namespace, src: str | None
+) -> tuple[subprocess.Popen[Any], subprocess.Popen[Any], str]:
     env = dict(os.environ)
-    if args.src:
-        env["PYTHONPATH"] = str(Path(args.src).resolve())
+    if src:
+        env["PYTHONPATH"] = str(Path(src).resolve())
     eport, sport = free_port(), free_port()
     engine = subprocess.Popen(
         [sys.executable, __file__, "--engine-only", str(eport), "--tokens", str(args.tokens),
@@ -179,21 +185,27 @@ def start(args: argparse.Namespace) -> tuple[subprocess.Popen[Any], subprocess.P
 async def one_stream(client: httpx.AsyncClient, url: str, kind: str, tokens: int) -> int:
     """Stream one reply; the number of delta events received."""
     if kind == "chat":
-        path, body = "/v1/chat/completions", {
-            "model": "m",
-            "messages": [{"role": "user", "content": "Tell me about the river."}],
-            "max_tokens": tokens,
-            "stream": True,
-        }
+        path, body = (
+            "/v1/chat/completions",
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "Tell me about the river."}],
+                "max_tokens": tokens,
+                "stream": True,
+            },
+        )
         marker = b'"content":'
     else:
-        path, body = "/v1/responses", {
-            "model": "m",
-            "input": "Tell me about the river.",
-            "max_output_tokens": tokens,
-            "stream": True,
-            "store": False,
-        }
+        path, body = (
+            "/v1/responses",
+            {
+                "model": "m",
+                "input": "Tell me about the river.",
+                "max_output_tokens": tokens,
+                "stream": True,
+                "store": False,
+            },
+        )
         marker = b"response.output_text.delta"
     events = 0
     async with client.stream("POST", url + path, json=body) as r:
@@ -215,9 +227,9 @@ def cpu_seconds(proc: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
-def measure(args: argparse.Namespace, kind: str) -> tuple[float, float]:
+def measure(args: argparse.Namespace, kind: str, src: str | None) -> tuple[float, float]:
     """(relay CPU µs per token, wall seconds per burst), medians over the repeats."""
-    engine, serve, url = start(args)
+    engine, serve, url = start(args, src)
     try:
         asyncio.run(burst(url, kind, args.streams, args.tokens))  # warm-up
         proc = psutil.Process(serve.pid)
@@ -236,26 +248,65 @@ def measure(args: argparse.Namespace, kind: str) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--engine-only", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--src", help="run chatfmt from this source folder (before/after)")
+    ap.add_argument("--src", help="run chatfmt from this source folder")
+    ap.add_argument("--before", help="also run this source folder (the before), alternating")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds with --before")
     ap.add_argument("--streams", type=int, default=8, help="concurrent streams (default 8)")
     ap.add_argument("--tokens", type=int, default=400, help="tokens per stream (default 400)")
     ap.add_argument(
         "--rate", type=float, default=50.0,
-        help="tokens per second per stream from the engine; 0 = as fast as it can (default 50)",
+        help="engine steps per second (a token of each stream); 0 = as fast as it can (default 50)",
     )  # fmt: skip
     ap.add_argument("--repeats", type=int, default=3, help="measured bursts (default 3)")
     ap.add_argument("--kinds", default="chat,responses", help="chat, responses or both")
+    ap.add_argument("--write", action="store_true", help="write the section of the docs")
     args = ap.parse_args()
     if args.engine_only:
         run_engine(args.engine_only, args.tokens, args.rate)
         return
-    for kind in args.kinds.split(","):
-        cpu, wall = measure(args, kind)
-        print(
-            f"{kind}: {cpu:.1f} µs CPU per token relayed "
-            f"({args.streams} streams × {args.tokens} tokens, rate {args.rate:g}/s, "
-            f"{wall:.2f} s per burst)",
-            flush=True,
+    kinds = args.kinds.split(",")
+    if not args.before:
+        for kind in kinds:
+            cpu, wall = measure(args, kind, args.src)
+            print(
+                f"{kind}: {cpu:.1f} µs CPU per token relayed "
+                f"({args.streams} streams × {args.tokens} tokens, rate {args.rate:g}/s, "
+                f"{wall:.2f} s per burst)",
+                flush=True,
+            )
+        return
+    runs: dict[tuple[str, str], list[float]] = {}
+    for r in range(args.rounds):
+        for kind in kinds:
+            for tree, src in (("before", args.before), ("after", args.src)):
+                cpu, _ = measure(args, kind, src)
+                runs.setdefault((kind, tree), []).append(cpu)
+                print(f"round {r + 1}: {kind} {tree}: {cpu:.1f} µs per token", flush=True)
+    rows = []
+    for kind in kinds:
+        before = statistics.median(runs[(kind, "before")])
+        after = statistics.median(runs[(kind, "after")])
+        label = {"chat": "chat completions", "responses": "Responses"}.get(kind, kind)
+        rows.append(
+            f"| {label} | {before:.0f} µs | {after:.0f} µs | **{before / after:.1f}×** less |"
+        )
+    body = (
+        f"{args.streams} streams at once, {args.tokens} tokens each, from an engine that costs "
+        f"nothing to ask (a llama-server stand-in in its own process: one token of every stream "
+        f"per step, {args.rate:g} steps a second) behind `chatfmt serve --engine remote`. The "
+        "serve process's own CPU time (user + system) over the bursts, per token relayed; "
+        f"median of {args.repeats} bursts, then of {args.rounds} alternating rounds. Before: "
+        "the relay as it was (httpx reading the engine, pydantic per delta, uvicorn's h11 "
+        "protocol on asyncio's loop). After: aiohttp and orjson reading it a batch at a time, "
+        "deltas framed directly, the httptools protocol on uvloop.\n\n"
+        "| stream | before | after | CPU per token |\n|---|---:|---:|---:|\n" + "\n".join(rows)
+    )
+    print(body)
+    if args.write:
+        write_section(
+            "The relay's CPU per token",
+            body,
+            "bench/bench_relay.py --before <the tree before>/src --write",
         )
 
 

@@ -367,7 +367,7 @@ def test_an_internal_failure_mid_stream_ends_the_stream_cleanly(
     from chatfmt.server.chat import service
 
     calls = {"n": 0}
-    real = service.chunk_choices
+    real = service.choice_frames
 
     def broken(events):  # type: ignore[no-untyped-def]
         calls["n"] += 1
@@ -375,7 +375,7 @@ def test_an_internal_failure_mid_stream_ends_the_stream_cleanly(
             raise RuntimeError("a bug")
         return real(events)
 
-    monkeypatch.setattr(service, "chunk_choices", broken)
+    monkeypatch.setattr(service, "choice_frames", broken)
     app = create_app(make_fake(["one two three four<|im_end|>"]), qwen_dialect, model_name="m")
     r = chat(app, {"messages": USER_HI, "stream": True})
     events, done = parse_sse(r.text)

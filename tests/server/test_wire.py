@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+from hypothesis import given
+from hypothesis import strategies as st
 from server_helpers import USER_HI, WEATHER_TOOL
 from test_chat_fake import CALL, chat
 
@@ -13,6 +15,7 @@ from chatfmt.events import (
     Finish,
     IncompleteCall,
     ParseResult,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     ToolCallEnd,
@@ -22,7 +25,7 @@ from chatfmt.messages import Message, ToolCall
 from chatfmt.server import create_app
 from chatfmt.server.chat.policy import CallPolicy
 from chatfmt.server.chat.schemas import ChatCompletionChunk, ChunkChoice, Delta, Usage
-from chatfmt.server.chat.wire import assistant_message, chunk_choices
+from chatfmt.server.chat.wire import assistant_message, choice_frames, chunk_choices
 from chatfmt.server.responses.output import OutputBuilder
 
 HEAD = '"id":"ID","object":"chat.completion","created":0,"model":"m"'
@@ -235,3 +238,22 @@ def test_responses_output_marks_an_incomplete_call() -> None:
     assert item.arguments == '{"x": "ab'
     done = [e for e in events if e.type == "response.output_item.done"]
     assert done[-1].item.status == "incomplete"
+
+
+_events = st.lists(
+    st.one_of(
+        st.builds(TextDelta, st.text()),
+        st.builds(ReasoningDelta, st.text()),
+        st.builds(ToolCallDelta, st.just(0), st.text()),
+        st.builds(Finish, st.sampled_from(["stop", "length", "tool_calls"])),
+    ),
+    max_size=6,
+)
+
+
+@given(_events)
+def test_choice_frames_are_the_models_bytes(events: list[object]) -> None:
+    """The direct framing of text and reasoning deltas is byte for byte pydantic's, for any
+    text (escapes, control characters, non-ASCII, line separators)."""
+    to_json = ChunkChoice.__pydantic_serializer__.to_json
+    assert choice_frames(events) == [to_json(c) for c in chunk_choices(events)]  # type: ignore[arg-type]

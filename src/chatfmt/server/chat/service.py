@@ -45,7 +45,7 @@ from .schemas import (
     TokenizeResponse,
     Usage,
 )
-from .wire import ROLE_CHOICE, assistant_message, chunk_choices
+from .wire import ROLE_CHOICE, assistant_message, choice_frames
 
 #: Requests with less message text than this are rendered on the event loop: a thread hop
 #: costs more than encoding a few thousand characters (tens of microseconds).
@@ -573,17 +573,13 @@ class ChatService:
         empty = frame([])
         cut = empty.index(b'"choices":[') + len(b'"choices":[')
         head, tail = empty[:cut], empty[cut:]
-        to_json = ChunkChoice.__pydantic_serializer__.to_json
-
-        def chunk(choices: list[ChunkChoice]) -> bytes:
-            return head + b",".join([to_json(c) for c in choices]) + tail
 
         async def body() -> AsyncIterator[bytes]:
-            yield chunk([ROLE_CHOICE])
+            yield head + ROLE_CHOICE.__pydantic_serializer__.to_json(ROLE_CHOICE) + tail
             async with aclosing(driver.steps()) as steps:
                 async for events in steps:
-                    for choice in chunk_choices(events):
-                        yield chunk([choice])
+                    for choice in choice_frames(events):
+                        yield head + choice + tail
             if prep.include_usage:
                 usage = Usage.of(
                     driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens

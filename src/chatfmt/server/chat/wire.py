@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import orjson
+
 from ...events import (
     Event,
     Finish,
@@ -57,6 +59,32 @@ def chunk_choices(events: list[Event]) -> list[ChunkChoice]:
                 out.append(ChunkChoice(delta=Delta(tool_calls=[part])))
         elif isinstance(ev, Finish):
             out.append(ChunkChoice(delta=Delta(), finish_reason=ev.reason))
+    return out
+
+
+#: A text or reasoning delta's choice, serialized as pydantic would, around its JSON string.
+_DELTA_HEADS = {
+    TextDelta: b'{"index":0,"delta":{"content":',
+    ReasoningDelta: b'{"index":0,"delta":{"reasoning_content":',
+}
+_DELTA_TAIL = b'},"finish_reason":null,"logprobs":null}'
+_to_json = ChunkChoice.__pydantic_serializer__.to_json
+
+
+def choice_frames(events: list[Event]) -> list[bytes]:
+    """:func:`chunk_choices` serialized: the same bytes, built directly for text and
+    reasoning deltas (nearly every streamed token), without a model per token."""
+    out: list[bytes] = []
+    for ev in merge_deltas(events):
+        head = _DELTA_HEADS.get(type(ev))
+        if head is not None and isinstance(ev, TextDelta | ReasoningDelta):
+            if ev.text:
+                try:
+                    out.append(head + orjson.dumps(ev.text) + _DELTA_TAIL)
+                    continue
+                except orjson.JSONEncodeError:  # a lone surrogate: pydantic's way below
+                    pass
+        out.extend(_to_json(c) for c in chunk_choices([ev]))
     return out
 
 

@@ -14,10 +14,12 @@ from fastapi import APIRouter, Request, Response
 
 from ...driver import TurnDriver
 from ...store import owner_of
-from ..http.bodies import ApiKeys, json_bytes, json_response, read_json_body, require_bearer
+from ..http.bodies import ApiKeys, json_response, read_json_body, require_bearer
 from ..http.errors import ApiError
 from ..http.openapi import error_responses, json_body
-from ..http.sse import sse_event, sse_response, stream_errors, until_disconnect
+from ..http.sse import sse_response, stream_errors, until_disconnect
+from .frames import coalesce
+from .frames import frame as frame_event
 from .input import ResponsesRequest
 from .output import OutputBuilder
 from .service import Exchange, Generated, ResponsesService
@@ -135,15 +137,8 @@ async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> As
 
     def frame(event: StreamEvent) -> bytes:
         nonlocal sequence
-        event.sequence_number = sequence
         sequence += 1
-        if isinstance(event, ResponseEvent):
-            # Written as the whole body and the store write a response (see
-            # ResponseObject.body), so that its numbers read the same in all three.
-            data = json_bytes(event.model_dump(mode="json"))
-        else:
-            data = json_bytes(event)
-        return sse_event(data, event=event.type)
+        return frame_event(event, sequence - 1)
 
     async def push(events: list[OutputEvent]) -> None:
         await queue.put(events)
@@ -156,9 +151,21 @@ async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> As
     task.add_done_callback(lambda _t: queue.put_nowait(None))
 
     async def body() -> AsyncIterator[bytes]:
-        while (events := await queue.get()) is not None:
-            for event in events:
-                yield frame(event)
+        finished = False
+        while not finished:
+            events = await queue.get()
+            if events is None:
+                break
+            # What the generation produced while the client was still taking earlier events
+            # goes out as one write, its deltas merged.
+            while not queue.empty():
+                more = queue.get_nowait()
+                if more is None:
+                    finished = True
+                    break
+                events = events + more
+            if events:
+                yield b"".join([frame(event) for event in coalesce(events)])
         done = task.result()
         final = svc.finished(ex, done)
         await svc.keep(ex, final, done)
