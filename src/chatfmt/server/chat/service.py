@@ -555,7 +555,7 @@ class ChatService:
             usage=Usage.of(driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens),
         )
 
-    async def sse(self, prep: Prepared, driver: TurnDriver) -> AsyncIterator[bytes]:
+    def sse(self, prep: Prepared, driver: TurnDriver) -> AsyncIterator[bytes]:
         """The ``text/event-stream`` body of an opened ``driver``: chunks, the usage chunk if
         asked, ``[DONE]``; an error after the headers is reported in the stream."""
         cid, created, model = self.new_id(), int(time.time()), self.model_name
@@ -587,5 +587,4 @@ class ChatService:
                 yield frame([], usage)
             yield DONE
 
-        async for data in stream_errors(body(), "chat completion", close=driver.aclose):
-            yield data
+        return stream_errors(body(), "chat completion", close=driver.aclose)

@@ -61,6 +61,8 @@ def frame(event: StreamEvent, sequence: int) -> bytes:
 
 def coalesce(events: list[OutputEvent]) -> list[OutputEvent]:
     """``events`` with each run of deltas to the same part merged into one delta."""
+    if len(events) < 2:
+        return events
     out: list[OutputEvent] = []
     for event in events:
         last = out[-1] if out else None
@@ -71,7 +73,12 @@ def coalesce(events: list[OutputEvent]) -> list[OutputEvent]:
             and (last.item_id, last.output_index, last.content_index)
             == (event.item_id, event.output_index, event.content_index)
         ):
-            out[-1] = last.model_copy(update={"delta": last.delta + event.delta})
+            out[-1] = type(last).model_construct(
+                item_id=last.item_id,
+                output_index=last.output_index,
+                content_index=last.content_index,
+                delta=last.delta + event.delta,
+            )
         else:
             out.append(event)
     return out

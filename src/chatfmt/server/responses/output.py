@@ -181,8 +181,9 @@ class OutputBuilder:
         if not isinstance(message, MessageItem):
             message = self._start_message(out)
         self._pieces.append(text)
+        # A delta per token: built without validation (every field is set here, typed).
         out.append(
-            OutputTextDelta(
+            OutputTextDelta.model_construct(
                 item_id=message.id, output_index=len(self.items) - 1, content_index=0, delta=text
             )
         )
@@ -205,7 +206,7 @@ class OutputBuilder:
             )
         self._pieces.append(text)
         out.append(
-            ReasoningTextDelta(
+            ReasoningTextDelta.model_construct(
                 item_id=item.id, output_index=len(self.items) - 1, content_index=0, delta=text
             )
         )
