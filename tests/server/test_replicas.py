@@ -207,6 +207,18 @@ def respond(
     return answer
 
 
+def stream_until_killed(replica: Replica, body: dict[str, Any], events: list[str]) -> None:
+    """Stream ``body`` from ``replica`` into ``events`` until it ends or the replica dies."""
+    try:
+        with httpx.stream(
+            "POST", f"{replica.url}/v1/responses", json=body, headers=KEY, timeout=60
+        ) as r:
+            for line in r.iter_lines():
+                events.append(line)
+    except httpx.HTTPError:
+        pass  # the replica died under it
+
+
 def test_two_replicas_share_chains_conversations_and_survive_a_kill(
     replicas: tuple[FakeCluster, Replica, Replica, str], qwen: Tokenizer
 ) -> None:
@@ -266,19 +278,9 @@ def test_two_replicas_share_chains_conversations_and_survive_a_kill(
     given = [first["id"], second["id"], third["id"], *(r for ids in results for r in ids)]
     events: list[str] = []
 
-    def stream() -> None:
-        body = {"model": "served", "input": "tell me a long story", "stream": True}
-        body["previous_response_id"] = third["id"]
-        try:
-            with httpx.stream(
-                "POST", f"{a.url}/v1/responses", json=body, headers=KEY, timeout=30
-            ) as r:
-                for line in r.iter_lines():
-                    events.append(line)
-        except httpx.HTTPError:
-            pass  # the replica died under it
-
-    reader = threading.Thread(target=stream)
+    body = {"model": "served", "input": "tell me a long story", "stream": True}
+    body["previous_response_id"] = third["id"]
+    reader = threading.Thread(target=stream_until_killed, args=(a, body, events))
     reader.start()
     assert cluster.streaming.wait(30)
     time.sleep(0.3)  # a few deltas are out
@@ -302,18 +304,6 @@ def test_two_replicas_share_chains_conversations_and_survive_a_kill(
 
 #: Greedy and short, so that the real model's turns are quick and repeatable.
 REAL = {"temperature": 0, "max_output_tokens": 12}
-
-
-def stream_until_killed(replica: Replica, body: dict[str, Any], events: list[str]) -> None:
-    """Stream ``body`` from ``replica`` into ``events`` until it ends or the replica dies."""
-    try:
-        with httpx.stream(
-            "POST", f"{replica.url}/v1/responses", json=body, headers=KEY, timeout=60
-        ) as r:
-            for line in r.iter_lines():
-                events.append(line)
-    except httpx.HTTPError:
-        pass  # the replica died under it
 
 
 def test_two_replicas_in_front_of_a_real_llama_server(
