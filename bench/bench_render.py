@@ -128,19 +128,14 @@ def timeit(fn: Callable[[], object], repeat: int) -> float:
     return timeit_with(lambda _arg: fn(), repeat, lambda: None)
 
 
-def timeit_with(
-    fn: Callable[[Any], object], repeat: int, setup: Callable[[], Any], *, collect: bool = True
-) -> float:
+def timeit_with(fn: Callable[[Any], object], repeat: int, setup: Callable[[], Any]) -> float:
     """Median time of ``fn(setup())``, ``setup`` untimed, after a warm-up run. The garbage
     of the setup (a whole cold render, for a returning request) is collected before the
-    clock starts, so that its collection is not charged to the request timed after it; with
-    ``collect=False`` it is not, and the collector runs when it would in a server (charged to
-    whatever allocates when it runs: the setup's garbage may be charged to the run)."""
+    clock starts, so that its collection is not charged to the request timed after it."""
     samples = []
     for _ in range(repeat + 1):
         arg = setup()
-        if collect:
-            gc.collect()
+        gc.collect()
         t0 = CLOCK()
         fn(arg)
         samples.append(CLOCK() - t0)
@@ -313,11 +308,6 @@ def tool_chat_rows(args: argparse.Namespace) -> list[str]:
             ("cold", lambda: timeit_with(run, args.repeat, cold_setup)),
             ("known", lambda: timeit_with(run, args.repeat, known_tools_setup)),
             ("returning", lambda: timeit_with(run, args.repeat, returning_setup)),
-            ("cold_gc", lambda: timeit_with(run, args.repeat, cold_setup, collect=False)),
-            (
-                "returning_gc",
-                lambda: timeit_with(run, args.repeat, returning_setup, collect=False),
-            ),
         ]
         if r % 2:
             order.reverse()  # alternate, so that a slow spell does not hit one figure only
@@ -348,9 +338,6 @@ def tool_chat_rows(args: argparse.Namespace) -> list[str]:
         "cold/floor": ratio("cold", "floor"),
         "known/floor": ratio("known", "floor"),
         "returning/cold": ratio("returning", "cold"),
-        "cold_gc": med("cold_gc"),
-        "returning_gc": med("returning_gc"),
-        "returning/cold gc": ratio("returning_gc", "cold_gc"),
     }
     if args.save:
         Path(args.save).write_text(json.dumps(figures, indent=1))
@@ -366,8 +353,6 @@ def tool_chat_rows(args: argparse.Namespace) -> list[str]:
     def ratios(key: str) -> str:
         if not before:
             return f"{figures[key]:.2f}×"
-        if key not in before:
-            return f"**{figures[key]:.2f}×**"
         return f"{before[key]:.2f}× → **{figures[key]:.2f}×**"
 
     head = "| what | before | after | ratio |" if before else "| what | time | ratio |"
@@ -393,28 +378,12 @@ def tool_chat_rows(args: argparse.Namespace) -> list[str]:
             "returning",
             ratios("returning/cold") + " cold",
         ),
-        row(
-            "cold, the collector running as in a server (no collection before the run)",
-            "cold_gc",
-            "",
-        ),
-        row(
-            "returning, the collector running as in a server",
-            "returning_gc",
-            ratios("returning/cold gc") + " cold",
-        ),
         "",
         f"- cold / floor: **{figures['cold/floor']:.3f}×** (target ≤ 1.4×: "
         f"{'met' if figures['cold/floor'] <= 1.4 else 'NOT met'}; {spread('cold', 'floor')}).",
         f"- returning / cold: **{figures['returning/cold']:.3f}×** (target ≤ 0.2×: "
         f"{'met' if figures['returning/cold'] <= 0.2 else 'NOT met'}; "
         f"{spread('returning', 'cold')}).",
-        f"- returning / cold with the collector as it runs: **"
-        f"{figures['returning/cold gc']:.3f}×** ({spread('returning_gc', 'cold_gc')}). A cold "
-        "render allocates enough to set off collections of its own, which a returning one "
-        "mostly does not; the first figure leaves the collector out of both (each run starts "
-        "after a full collection, which also leaves the processor's caches cold: that costs "
-        "the short returning run the most).",
     ]
     lines += [
         "",
