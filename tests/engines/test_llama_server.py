@@ -165,6 +165,25 @@ def test_child_that_cannot_start_says_why(default_model_path: Path, binary: Path
     asyncio.run(main())
 
 
+def test_the_host_prompt_cache_is_bounded(default_model_path: Path, binary: Path) -> None:
+    """The child gets a bound on the host memory it keeps evicted prompts in (llama.cpp's own
+    default, 8 GiB, is more than a small machine has to spare), and starts with it."""
+    from chatfmt.engines.llama_server import DEFAULT_PROMPT_CACHE_MB, LlamaServerEngine
+
+    seen: list[list[str]] = []
+
+    async def body(engine: Any) -> None:
+        seen.append(psutil.Process(engine.supervisor.pid).cmdline())
+        await engine.generate(prompt(engine, "Say hi."), GREEDY)
+
+    run(default_model_path, body, prompt_cache_mb=256)
+    assert seen[0][seen[0].index("--cache-ram") + 1] == "256"
+    default = LlamaServerEngine(default_model_path)._command(8080)
+    assert default[default.index("--cache-ram") + 1] == str(DEFAULT_PROMPT_CACHE_MB)
+    with pytest.raises(EngineError, match="prompt_cache_mb must be 0"):
+        LlamaServerEngine(default_model_path, prompt_cache_mb=-1)
+
+
 def test_missing_binary_is_a_clear_error(default_model_path: Path, tmp_path: Path) -> None:
     from chatfmt.engines.llama_server import LlamaServerEngine
 

@@ -57,11 +57,13 @@ def build_engine(
     n_threads: int | None = None,
     text_controls: Sequence[str] | None = None,
     parallel: int | None = None,
+    prompt_cache_mb: int | None = None,
 ) -> Engine:
     """The engine ``chatfmt serve`` would run.
 
     ``llama-server`` is llama.cpp's server as a supervised child with ``parallel`` slots
-    (started by ``connect()``); ``local`` runs the model in this process, one sequence at a
+    (started by ``connect()``; ``prompt_cache_mb`` bounds its host prompt cache, ``None``: its
+    default); ``local`` runs the model in this process, one sequence at a
     time (loaded here); ``remote`` is a server at ``engine_url``.
 
     For ``remote``, ``tokenizer`` names the served model's vocabulary (a name or path for
@@ -71,13 +73,18 @@ def build_engine(
     server returns text only, control tokens are split out of it at these and no others.
     """
     if engine == "llama-server":
-        from ..engines.llama_server import DEFAULT_PARALLEL, LlamaServerEngine
+        from ..engines.llama_server import (
+            DEFAULT_PARALLEL,
+            DEFAULT_PROMPT_CACHE_MB,
+            LlamaServerEngine,
+        )
 
         return LlamaServerEngine(
             resolve_model(model),
             parallel=DEFAULT_PARALLEL if parallel is None else parallel,
             n_ctx=n_ctx,
             n_threads=n_threads,
+            prompt_cache_mb=DEFAULT_PROMPT_CACHE_MB if prompt_cache_mb is None else prompt_cache_mb,
         )
     if engine == "local":
         from ..engines.local import LocalEngine
@@ -226,6 +233,7 @@ def run_server(
     n_ctx: int | None = None,
     n_threads: int | None = None,
     parallel: int | None = None,
+    prompt_cache_mb: int | None = None,
     drain_timeout: float = 30.0,
     limits: ServerLimits | None = None,
     call_grammar: bool = True,
@@ -280,6 +288,7 @@ def run_server(
         n_threads=n_threads,
         text_controls=named.text_controls if named else None,
         parallel=parallel,
+        prompt_cache_mb=prompt_cache_mb,
     )
     chosen = named or default_dialect(model, eng.tokenizer, log=sys.stderr)
     name = model_name(model)
@@ -383,6 +392,13 @@ def add_serve_parser(sub: Any) -> None:
         metavar="N",
         help="conversations the llama-server engine decodes at once, each with its own "
         "context of --n-ctx tokens and prompt cache (default: 4)",
+    )
+    p.add_argument(
+        "--prompt-cache-mb",
+        type=int,
+        metavar="MB",
+        help="host memory the llama-server engine may keep prompts in after they leave a "
+        "slot, so that returning conversations find them; 0 for none (default: 1024)",
     )
     p.add_argument(
         "--drain-timeout",
@@ -516,6 +532,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         store_max_mb=args.store_max_mb or None,
         n_threads=args.threads,
         parallel=args.parallel,
+        prompt_cache_mb=args.prompt_cache_mb,
         drain_timeout=args.drain_timeout,
         call_grammar=not args.no_call_grammar,
         limits=server_limits(args),

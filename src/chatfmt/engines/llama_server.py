@@ -40,6 +40,10 @@ from .supervisor import Supervisor
 DEFAULT_SLOT_CONTEXT = 4096
 #: Concurrent conversations decoded together unless told otherwise.
 DEFAULT_PARALLEL = 4
+#: Host memory (MiB) llama-server may keep prompts in once they are pushed out of a slot, so
+#: that a conversation that comes back finds its prefix. llama.cpp's own default is 8 GiB,
+#: which a long-running server fills: over a 30-minute soak the child grew by ~4 MB a minute.
+DEFAULT_PROMPT_CACHE_MB = 1024
 #: How long a request waits for a restarting child before it is answered 503.
 RESTART_GRACE = 0.5
 
@@ -77,7 +81,9 @@ class LlamaServerEngine(Engine):
     ``n_ctx`` is the context of each slot (default 4096, capped at the model's training
     context); the child allocates ``n_ctx * parallel`` tokens of KV cache. ``n_threads``
     defaults to llama.cpp's choice. Call :meth:`connect` (``chatfmt serve`` does) to start
-    the child; :meth:`aclose` stops it. ``extra_args`` go to ``llama-server`` as given.
+    the child; :meth:`aclose` stops it. ``prompt_cache_mb`` bounds the host memory the child
+    keeps prompts in after they leave a slot (its ``--cache-ram``; 0 turns that cache off).
+    ``extra_args`` go to ``llama-server`` as given.
     """
 
     def __init__(
@@ -90,8 +96,13 @@ class LlamaServerEngine(Engine):
         binary: str | os.PathLike[str] | None = None,
         extra_args: Sequence[str] = (),
         startup_timeout: float = 300.0,
+        prompt_cache_mb: int = DEFAULT_PROMPT_CACHE_MB,
     ) -> None:
         require("httpx", extra="server")
+        if prompt_cache_mb < 0:
+            raise EngineError(
+                f"prompt_cache_mb must be 0 (no cache) or more, got {prompt_cache_mb}"
+            )
         path = model_file(model_path)
         if parallel < 1:
             raise EngineError(f"parallel must be at least 1, got {parallel}")
@@ -104,6 +115,7 @@ class LlamaServerEngine(Engine):
         slot_ctx = n_ctx or DEFAULT_SLOT_CONTEXT
         self._context_length = slot_ctx if n_ctx or train <= 0 else min(slot_ctx, train)
         self._threads = n_threads
+        self._cache_mb = prompt_cache_mb
         self._extra = list(extra_args)
         # The child's API is for this process only: other local users cannot drive it.
         self._key = secrets.token_urlsafe(24)
@@ -160,6 +172,8 @@ class LlamaServerEngine(Engine):
             "--cont-batching",
             "--no-webui",
             "--metrics",
+            "--cache-ram",
+            str(self._cache_mb),
         ]
         if self._threads:
             argv += ["--threads", str(self._threads), "--threads-batch", str(self._threads)]
