@@ -41,8 +41,8 @@ DEFAULT_SLOT_CONTEXT = 4096
 #: Concurrent conversations decoded together unless told otherwise.
 DEFAULT_PARALLEL = 4
 #: Host memory (MiB) llama-server may keep prompts in once they are pushed out of a slot, so
-#: that a conversation that comes back finds its prefix. llama.cpp's own default is 8 GiB,
-#: which a long-running server fills: over a 30-minute soak the child grew by ~4 MB a minute.
+#: that a conversation that comes back finds its prefix. llama.cpp's own default is 8 GiB, more
+#: than a small machine can spare, and a long-running server with many conversations fills it.
 DEFAULT_PROMPT_CACHE_MB = 1024
 #: How long a request waits for a restarting child before it is answered 503.
 RESTART_GRACE = 0.5
