@@ -245,6 +245,76 @@ def measure(args: argparse.Namespace, kind: str, src: str | None) -> tuple[float
             p.wait(30)
 
 
+# ==== What the relay cannot go below: the floor ====
+
+
+def reader_floor(args: argparse.Namespace) -> float:
+    """CPU µs per token of only reading the engine's streams (aiohttp, each event parsed with
+    orjson, nothing decoded or sent): this process's CPU time over a burst."""
+    import aiohttp
+    import orjson
+
+    eport = free_port()
+    engine = subprocess.Popen(
+        [sys.executable, __file__, "--engine-only", str(eport), "--tokens", str(args.tokens),
+         "--rate", str(args.rate)],
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{eport}"
+    try:
+        wait_ready(url + "/v1/models", engine)
+
+        async def burst() -> int:
+            async with aiohttp.ClientSession() as session:
+
+                async def one() -> int:
+                    n, pending = 0, b""
+                    async with session.post(url + "/completion", data=b"{}") as resp:
+                        async for data in resp.content.iter_any():
+                            *lines, pending = (pending + data).split(b"\n")
+                            for line in lines:
+                                if line.startswith(b"data:"):
+                                    orjson.loads(line[5:])
+                                    n += 1
+                    return n
+
+                return sum(await asyncio.gather(*(one() for _ in range(args.streams))))
+
+        asyncio.run(burst())  # warm-up
+        t0 = time.process_time()
+        n = asyncio.run(burst())
+        return (time.process_time() - t0) / n * 1e6
+    finally:
+        engine.terminate()
+        engine.wait(30)
+
+
+def pipeline_floor(args: argparse.Namespace) -> float:
+    """CPU µs per token of the relay's in-process part alone: a scripted engine's ids through
+    the chat service's decode, parse, call policy and framing, no sockets."""
+    import chatfmt
+    from chatfmt.engines.fake import FakeEngine
+    from chatfmt.server.chat.schemas import ChatCompletionRequest
+    from chatfmt.server.chat.service import ChatService
+
+    tok = chatfmt.load_tokenizer("qwen2.5")
+    ids = tok.encode_text(TEXT * (args.tokens // 20 + 1))[: args.tokens]
+    service = ChatService(FakeEngine(tok, [ids]), chatfmt.get_dialect("qwen2.5"), model_name="m")
+    body = {"model": "m", "messages": [{"role": "user", "content": "Tell me about the river."}]}
+    req = ChatCompletionRequest.model_validate({**body, "stream": True, "max_tokens": args.tokens})
+
+    async def run(times: int) -> None:
+        for _ in range(times):
+            prep = service.prepare(req)
+            driver, _ = service.driver(prep)
+            async for _frame in service.sse(prep, driver):
+                pass
+
+    asyncio.run(run(2))  # warm-up
+    t0 = time.process_time()
+    asyncio.run(run(20))
+    return (time.process_time() - t0) / (20 * args.tokens) * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--engine-only", type=int, help=argparse.SUPPRESS)
@@ -260,11 +330,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="measured bursts (default 3)")
     ap.add_argument("--kinds", default="chat,responses", help="chat, responses or both")
     ap.add_argument("--write", action="store_true", help="write the section of the docs")
+    ap.add_argument(
+        "--floor", action="store_true", help="also measure reading alone and the in-process part"
+    )
     args = ap.parse_args()
     if args.engine_only:
         run_engine(args.engine_only, args.tokens, args.rate)
         return
     kinds = args.kinds.split(",")
+    if args.floor:
+        print(
+            f"reading the engine's streams alone: {reader_floor(args):.1f} µs CPU per token; "
+            f"the in-process part (decode, parse, policy, framing): {pipeline_floor(args):.1f} "
+            "µs per token",
+            flush=True,
+        )
     if not args.before:
         for kind in kinds:
             cpu, wall = measure(args, kind, args.src)

@@ -59,6 +59,8 @@ def serve(answer: Callable[[httpx.Request], httpx.Response]) -> str:
             body = response.read()
             self.send_response(response.status_code)
             self.send_header("Content-Type", response.headers.get("content-type", "text/plain"))
+            if "content-encoding" in response.headers:
+                self.send_header("Content-Encoding", response.headers["content-encoding"])
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -385,3 +387,45 @@ def test_grammars_go_in_each_servers_own_fields(qwen) -> None:
     assert vllm_srv.bodies[0]["structured_outputs"] == {"grammar": whole.gbnf}
     with pytest.raises(EngineError, match="cannot enforce a lazy grammar"):
         asyncio.run(vllm.generate(prompt_of(qwen), SamplingParams(max_tokens=5, grammar=lazy)))
+
+
+def test_answers_come_uncompressed_and_odd_json_is_read(qwen) -> None:
+    """A proxy that compresses when asked gets no such request; a seed past 64 bits is sent as
+    it is; an event with a lone surrogate escape (which JSON allows) is read; and the tokens
+    that came before an error event in the same read are delivered before the error."""
+    import gzip
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            data = json.dumps(models("vllm", max_model_len=4096)).encode()
+            if "gzip" in request.headers.get("accept-encoding", ""):
+                return httpx.Response(200, content=gzip.compress(data),
+                                      headers={"content-encoding": "gzip",
+                                               "content-type": "application/json"})  # fmt: skip
+            return httpx.Response(200, content=data, headers={"content-type": "application/json"})
+        body = json.loads(request.content)
+        bodies.append(body)
+        if body["max_tokens"] == 7:  # tokens, then an error in the same write
+            return httpx.Response(
+                200, content=sse(choice("ab", token_ids=[370]), {"error": {"message": "boom"}})
+            )
+        odd = b'data: {"choices": [{"index": 0, "text": "x\\ud83d", "finish_reason": "stop"}]}'
+        return httpx.Response(200, content=odd + b"\n\ndata: [DONE]\n\n")
+
+    bodies: list[dict[str, Any]] = []
+    eng = RemoteEngine(serve(answer) + "/v1", tokenizer=qwen, backoff=0.001)
+    asyncio.run(eng.connect())
+    assert eng.flavor == "vllm" and eng.context_length == 4096
+    gen = asyncio.run(eng.generate([1, 2], SamplingParams(max_tokens=5, seed=2**70)))
+    assert bodies[-1]["seed"] == 2**70
+    assert gen.text.startswith("x") and gen.finish_reason == "stop"
+
+    async def until_error() -> list[Any]:
+        got: list[Any] = []
+        with pytest.raises(EngineError, match="boom"):
+            async for chunk in eng.stream([1, 2], SamplingParams(max_tokens=7)):
+                got.append(chunk)
+        return got
+
+    delivered = asyncio.run(until_error())
+    assert [c.token_ids for c in delivered] == [(370,)]

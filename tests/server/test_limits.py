@@ -471,6 +471,33 @@ def test_slow_headers_are_cut_off(make_fake, qwen_dialect) -> None:
             assert read_response(sock).status == 200
 
 
+def test_oversized_headers_are_refused(make_fake, qwen_dialect) -> None:
+    """Headers past the cap are answered 431 (400 from h11, which caps them lower) and the
+    connection closed, however they are split; a body far larger than the cap is not
+    counted as headers."""
+    app = create_app(make_fake(), qwen_dialect, model_name="m")
+    with serve(app) as srv:
+        with connect(srv) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\n")
+            line = b"X-Filler: " + b"a" * 1000 + b"\r\n"
+            for _ in range(100):  # 100 KB of headers in 100 reads, never ending them
+                try:
+                    sock.sendall(line)
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+            answer = read_response(sock)
+            assert answer.status in (431, 400), answer
+            assert (closed_within(sock, 5) or 99) < 5
+        with connect(srv) as sock:  # headers of 10 KB are fine
+            filler = b"X-Filler: " + b"a" * 10_000 + b"\r\n"
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\n" + filler + b"\r\n")
+            assert read_response(sock).status == 200
+        with connect(srv) as sock:  # a 300 KB body after small headers is a body
+            body = json.dumps({"messages": USER_HI}).encode()[:-1] + b" " * 300_000 + b"}"
+            sock.sendall(post_head("/v1/chat/completions", len(body)) + body)
+            assert read_response(sock).status == 200
+
+
 def test_a_trickled_body_is_cut_off(make_fake, qwen_dialect) -> None:
     limits = ServerLimits(body_timeout=1.0)
     app = create_app(make_fake(), qwen_dialect, model_name="m", limits=limits)

@@ -10,12 +10,18 @@ batch, so the work per token falls as the load rises (the coalescing vLLM's stre
 does, without holding back a token that the client is ready for).
 
 A session (connection pool) belongs to one event loop; :class:`EngineHTTP` keeps one per
-loop, and closes one whose loop has ended when a new loop asks (``asyncio.run`` per call).
+loop, and marks one whose loop has ended closed when a new loop asks (``asyncio.run`` per
+call); its sockets go with the garbage collector.
+
+A connection that breaks after the engine sent its last events may lose those (aiohttp
+raises the error before handing over what it had buffered): the stream then fails as broken
+instead of ending, and nothing that was handed on is taken back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import weakref
 from collections.abc import AsyncIterator
 from typing import Any
@@ -48,8 +54,10 @@ class EngineHTTP:
         self._aiohttp = require("aiohttp", extra="server")
         self._orjson = require("orjson", extra="server")
         self.base_url = base_url
+        # ``connect`` would also bound the wait for a free connection of the pool; only the
+        # socket's connection gets ``connect_timeout``, and streams wait for their turn.
         self._timeout = self._aiohttp.ClientTimeout(
-            total=None, connect=connect_timeout, sock_read=timeout
+            total=None, connect=None, sock_connect=connect_timeout, sock_read=timeout
         )
         self._retries = max(0, retries)
         self._backoff = backoff
@@ -66,6 +74,7 @@ class EngineHTTP:
             aiohttp.ClientConnectorError,
             aiohttp.ServerDisconnectedError,
             aiohttp.ClientOSError,
+            aiohttp.ClientConnectionResetError,
             aiohttp.ConnectionTimeoutError,
         )
 
@@ -81,7 +90,13 @@ class EngineHTTP:
                 del self._sessions[key]
                 await old.close()
         session = self._aiohttp.ClientSession(
-            timeout=self._timeout, headers=self._headers, auto_decompress=False
+            # No cap on connections: each stream holds one, and the server bounds its streams.
+            connector=self._aiohttp.TCPConnector(limit=0),
+            timeout=self._timeout,
+            headers=self._headers,
+            # Ask for the body as it is: a proxy that compresses would otherwise send gzip.
+            skip_auto_headers=("Accept-Encoding",),
+            auto_decompress=False,
         )
         self._sessions[id(loop)] = (loop, session)
         return session
@@ -130,7 +145,10 @@ class EngineHTTP:
         """
         aiohttp = self._aiohttp
         url = self.base_url + path
-        data = self._orjson.dumps(body)
+        try:
+            data = self._orjson.dumps(body)
+        except TypeError:  # an integer past 64 bits (a seed): the engine answers it
+            data = json.dumps(body).encode()
         last: BaseException | None = None
         for attempt in range(self._retries + 1):
             if attempt:
@@ -202,8 +220,11 @@ class EngineHTTP:
             try:
                 batch.append(self._orjson.loads(payload))
             except ValueError:
-                text = payload[:200].decode("utf-8", "replace")
-                raise EngineError(f"the engine sent a malformed event: {text}") from None
+                try:  # what orjson refuses and JSON allows: a lone surrogate escape, NaN
+                    batch.append(json.loads(payload))
+                except ValueError:
+                    text = payload[:200].decode("utf-8", "replace")
+                    raise EngineError(f"the engine sent a malformed event: {text}") from None
         return batch, False
 
 

@@ -261,6 +261,8 @@ class RemoteEngine(Engine):
                 if not isinstance(data, dict):
                     continue
                 if "error" in data:
+                    for done in merge_chunks(chunks):  # what came before it is delivered
+                        yield done
                     raise EngineError(f"the engine reported an error: {_error_text(data['error'])}")
                 chunk = self._chunk(data, splitter)
                 if chunk is not None:

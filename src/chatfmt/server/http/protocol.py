@@ -205,6 +205,16 @@ class ConnectionGuard:
             self.transport.close()  # the app's receive() then reports a disconnect
 
 
+#: The most bytes of request headers (request line included) a connection may send.
+MAX_HEADER_BYTES = 64 * 1024
+_TOO_LARGE_TEXT = b"request headers over 64 KiB; send fewer or shorter headers"
+_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8"
+    b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+    % (len(_TOO_LARGE_TEXT), _TOO_LARGE_TEXT)
+)
+
+
 class GuardedH11Protocol(ConnectionGuard, H11Protocol):
     """uvicorn's h11 protocol with the :class:`ConnectionGuard`."""
 
@@ -216,7 +226,38 @@ def _fastest() -> type[ConnectionGuard]:
         return GuardedH11Protocol
 
     class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
-        """uvicorn's httptools protocol with the :class:`ConnectionGuard`."""
+        """uvicorn's httptools protocol with the :class:`ConnectionGuard`, and a bound on the
+        size of request headers: h11 refuses headers past 16 KiB itself, while llhttp and
+        uvicorn's protocol keep whatever arrives (within the header deadline, a client could
+        send hundreds of megabytes of them)."""
+
+        _in_headers = True  # until the first request's headers are complete
+        _header_bytes = 0
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self._in_headers or self.transport.is_closing():
+                return
+            # Counted after parsing: a read that completed the headers (and may carry the
+            # body's start) does not count.
+            self._header_bytes += len(data)
+            if self._header_bytes > MAX_HEADER_BYTES:
+                log.info(
+                    "closing a connection from %s: request headers over %d bytes",
+                    self.client[0] if self.client else "a client",
+                    MAX_HEADER_BYTES,
+                )
+                self.transport.write(_TOO_LARGE)
+                self.transport.close()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_headers = True
+            self._header_bytes = 0
+
+        def on_headers_complete(self) -> None:
+            self._in_headers = False
+            super().on_headers_complete()
 
     return GuardedHttpToolsProtocol
 
@@ -232,4 +273,10 @@ def guarded_protocol(
     return cast(type[ConnectionGuard], type(base.__name__, (base,), attrs))
 
 
-__all__ = ["ClientConnections", "ConnectionGuard", "GuardedH11Protocol", "guarded_protocol"]
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "ClientConnections",
+    "ConnectionGuard",
+    "GuardedH11Protocol",
+    "guarded_protocol",
+]
