@@ -244,7 +244,7 @@ def test_the_bytes_of_a_text_reply(qwen: Tokenizer) -> None:
     # The deltas (one or more: those made while the client was busy are merged), compact,
     # numbered on from the part's announcement, together the whole text.
     deltas = re.findall(
-        r'event: response\.output_text\.delta\n'
+        r"event: response\.output_text\.delta\n"
         r'data: \{"type":"response\.output_text\.delta","item_id":"msg_1","output_index":0,'
         r'"content_index":0,"delta":("(?:[^"\\]|\\.)*"),"logprobs":\[\],'
         r'"sequence_number":(\d+)\}\n\n',
