@@ -71,9 +71,8 @@ class EngineHTTP:
         # Failures before any byte of an answer: the request can be sent again safely.
         aiohttp = self._aiohttp
         self._unreached = (
-            aiohttp.ClientConnectorError,
+            aiohttp.ClientOSError,  # connection refused (ClientConnectorError) among them
             aiohttp.ServerDisconnectedError,
-            aiohttp.ClientOSError,
             aiohttp.ClientConnectionResetError,
             aiohttp.ConnectionTimeoutError,
         )

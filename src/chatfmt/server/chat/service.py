@@ -45,7 +45,7 @@ from .schemas import (
     TokenizeResponse,
     Usage,
 )
-from .wire import ROLE_CHOICE, assistant_message, choice_frames
+from .wire import ROLE_FRAME, assistant_message, choice_frames
 
 #: Requests with less message text than this are rendered on the event loop: a thread hop
 #: costs more than encoding a few thousand characters (tens of microseconds).
@@ -575,7 +575,7 @@ class ChatService:
         head, tail = empty[:cut], empty[cut:]
 
         async def body() -> AsyncIterator[bytes]:
-            yield head + ROLE_CHOICE.__pydantic_serializer__.to_json(ROLE_CHOICE) + tail
+            yield head + ROLE_FRAME + tail
             async with aclosing(driver.steps()) as steps:
                 async for events in steps:
                     for choice in choice_frames(events):

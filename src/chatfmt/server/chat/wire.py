@@ -63,12 +63,13 @@ def chunk_choices(events: list[Event]) -> list[ChunkChoice]:
 
 
 #: A text or reasoning delta's choice, serialized as pydantic would, around its JSON string.
-_DELTA_HEADS = {
-    TextDelta: b'{"index":0,"delta":{"content":',
-    ReasoningDelta: b'{"index":0,"delta":{"reasoning_content":',
-}
+_TEXT_HEAD = b'{"index":0,"delta":{"content":'
+_REASONING_HEAD = b'{"index":0,"delta":{"reasoning_content":'
 _DELTA_TAIL = b'},"finish_reason":null,"logprobs":null}'
 _to_json = ChunkChoice.__pydantic_serializer__.to_json
+
+#: The first chunk's choice, serialized once.
+ROLE_FRAME = _to_json(ROLE_CHOICE)
 
 
 def choice_frames(events: list[Event]) -> list[bytes]:
@@ -76,14 +77,15 @@ def choice_frames(events: list[Event]) -> list[bytes]:
     reasoning deltas (nearly every streamed token), without a model per token."""
     out: list[bytes] = []
     for ev in merge_deltas(events):
-        head = _DELTA_HEADS.get(type(ev))
-        if head is not None and isinstance(ev, TextDelta | ReasoningDelta):
-            if ev.text:
-                try:
-                    out.append(head + orjson.dumps(ev.text) + _DELTA_TAIL)
-                    continue
-                except orjson.JSONEncodeError:  # a lone surrogate: pydantic's way below
-                    pass
+        if isinstance(ev, TextDelta | ReasoningDelta):
+            if not ev.text:
+                continue
+            head = _TEXT_HEAD if isinstance(ev, TextDelta) else _REASONING_HEAD
+            try:
+                out.append(head + orjson.dumps(ev.text) + _DELTA_TAIL)
+                continue
+            except orjson.JSONEncodeError:  # a lone surrogate: pydantic's way below
+                pass
         out.extend(_to_json(c) for c in chunk_choices([ev]))
     return out
 

@@ -32,13 +32,12 @@ _AFTER_DELTA = {
 
 def frame(event: StreamEvent, sequence: int) -> bytes:
     """``event`` as one server-sent event, numbered ``sequence``."""
-    kind = type(event)
-    head = _HEADS.get(kind)
-    if head is not None and isinstance(event, OutputTextDelta | ReasoningTextDelta):
+    if isinstance(event, OutputTextDelta | ReasoningTextDelta):
+        kind = type(event)
         try:
             return b"".join(
                 (
-                    head,
+                    _HEADS[kind],
                     orjson.dumps(event.item_id),
                     b',"output_index":%d,"content_index":%d,"delta":'
                     % (event.output_index, event.content_index),
