@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from .errors import ValidationError
@@ -249,6 +249,9 @@ class Tool(_Model):
     """
 
     definition: dict[str, Any]
+    #: The definition as JSON text, written once when the tool is checked: dialects that show
+    #: tools verbatim reuse it on every request that offers the same tools.
+    _json: str = PrivateAttr(default="")
 
     @model_validator(mode="after")
     def _has_name(self) -> Tool:
@@ -264,7 +267,17 @@ class Tool(_Model):
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"the tool definition is not valid JSON: {exc}") from None
         _check_unicode(text, "the tool definition")
+        self._json = text
         return self
+
+    @property
+    def json_text(self) -> str:
+        """``json.dumps(definition, ensure_ascii=False)``, computed once (the definition is
+        not to be changed after the tool is made)."""
+        # Read from pydantic's slot: `self._json` goes through BaseModel.__getattr__ (µs).
+        private = self.__pydantic_private__
+        text = private.get("_json") if private else None
+        return text or json.dumps(self.definition, ensure_ascii=False)
 
     @classmethod
     def of(cls, value: Tool | Mapping[str, Any]) -> Tool:

@@ -275,8 +275,12 @@ class ConversationCache:
             self.hits += 1
         raw = lookup.raw
         if store and lookup.plain and raw and (old is None or old.raw is not raw):
+            # A copy of each message: the caller's dicts may be changed after this request
+            # (the server parses a new body each time; a library caller may reuse its list),
+            # and an entry must keep comparing equal only to what it was rendered from.
+            copied = [dict(m) for m in raw]
             entry = _Entry(
-                raw, conversation, prompt, dialect, strict, add_generation_prompt, lookup.chars
+                copied, conversation, prompt, dialect, strict, add_generation_prompt, lookup.chars
             )
             with self._lock:
                 self._lru.put(

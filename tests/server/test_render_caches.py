@@ -84,3 +84,26 @@ def test_a_bad_message_in_a_returning_chat_is_the_same_400() -> None:
         _prompt(_service("qwen2.5", "qwen2.5", 4), {"messages": bad})
     assert str(cached.value) == str(fresh.value)
     assert "tool" in str(cached.value)
+
+
+def test_messages_changed_by_the_caller_after_a_request_render_as_changed() -> None:
+    # The request keeps the caller's dicts uncopied; the cache must keep its own.
+    service = _service("qwen2.5", "qwen2.5", 4)
+    tok = chatfmt.load_tokenizer("qwen2.5")
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "reply"},
+        {"role": "user", "content": "second"},
+    ]
+    req = ChatCompletionRequest.model_validate({"messages": msgs})
+    assert req.messages is msgs  # taken as sent
+    service.prepare(req)
+    msgs[0]["content"] = "changed"
+    again = service.prepare(ChatCompletionRequest.model_validate({"messages": msgs}))
+    assert again.prompt_ids == chatfmt.get_dialect("qwen2.5").render(msgs, tok).ids
+
+
+@pytest.mark.parametrize("messages", [[{"role": "user", "content": "hi"}, "text"], "text", [1]])
+def test_messages_that_are_not_objects_get_pydantics_error(messages: Any) -> None:
+    with pytest.raises(ValueError, match="messages"):
+        ChatCompletionRequest.model_validate({"messages": messages})

@@ -177,9 +177,7 @@ class ChatML(Dialect):
 
     def _tools_section(self, tools: Sequence[Tool]) -> str:
         """The ``# Tools`` head and one JSON line per tool (the tail with its tags is apart)."""
-        return _TOOLS_HEAD + "".join(
-            "\n" + json.dumps(t.definition, ensure_ascii=False) for t in tools
-        )
+        return _TOOLS_HEAD + "".join("\n" + t.json_text for t in tools)
 
     def _render_calls(self, b: BlockBuilder, m: Message) -> None:
         b.control(IM_START)

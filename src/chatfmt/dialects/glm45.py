@@ -21,7 +21,6 @@ offline, so ids are not checked (``docs/formats/glm.md``).
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Sequence
 
 from ..errors import ValidationError
@@ -264,7 +263,7 @@ class _GLM45(Dialect):
 
 def _tool_line(tool: Tool) -> str:
     """One tool as the templates list it: its definition as JSON on a line of its own."""
-    return json.dumps(tool.definition, ensure_ascii=False) + "\n"
+    return tool.json_text + "\n"
 
 
 class GLM46(_GLM45):

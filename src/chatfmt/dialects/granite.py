@@ -135,7 +135,7 @@ class Granite4(Dialect):
         system = msgs[0].text if first_system else ""
         tools = conversation.tools
         if tools:
-            listing = "".join("\n" + json.dumps(t.definition, ensure_ascii=False) for t in tools)
+            listing = "".join("\n" + t.json_text for t in tools)
             head = system + "\n\n" if first_system else ""
             parts: list[tuple[str, bool]] = [(head + _TOOLS_HEAD, False), (listing, False)]
             parts.append((_TOOLS_TAIL, True))

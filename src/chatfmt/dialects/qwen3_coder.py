@@ -269,7 +269,7 @@ class Qwen35(XMLCallsMixin):
         if tools:
             b.text(_QWEN35_TOOLS_HEAD)
             # Tool definitions are caller text: only the template's own tags are controls.
-            b.text("".join("\n" + json.dumps(t.definition, ensure_ascii=False) for t in tools))
+            b.text("".join("\n" + t.json_text for t in tools))
             b.tagged(_QWEN35_TOOLS_TAIL)
             b.text("\n\n" + system if system else "")
         else:

@@ -26,6 +26,8 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -123,6 +125,19 @@ def _check_each_tool(value: list[dict[str, Any]]) -> None:
 ToolList = Annotated[list[dict[str, Any]] | None, AfterValidator(check_tools)]
 
 
+def _plain_messages(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A list of dicts (JSON off the wire always is) is taken as it is: pydantic would copy
+    every message, which cost a returning conversation a fifth of its render. Anything else is
+    validated, with pydantic's own errors."""
+    if type(value) is list and all(type(m) is dict for m in value):
+        return value
+    return handler(value)
+
+
+#: Messages as sent: converted and checked by :func:`chatfmt.messages.from_openai`.
+MessageList = Annotated[list[dict[str, Any]], WrapValidator(_plain_messages)]
+
+
 class NamedFunction(_Lenient):
     name: str
 
@@ -172,7 +187,7 @@ class ChatCompletionRequest(_Lenient):
     """The body of ``POST /v1/chat/completions`` (and of ``POST /tokenize``)."""
 
     model: str | None = None
-    messages: list[dict[str, Any]]
+    messages: MessageList
     #: Kept as sent (checked against :class:`ToolDef`): Qwen2.5 renders tools verbatim, key
     #: order and extra keys included, as its official template does.
     tools: ToolList = None
