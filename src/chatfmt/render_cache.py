@@ -278,7 +278,7 @@ class ConversationCache:
             # A copy of each message: the caller's dicts may be changed after this request
             # (the server parses a new body each time; a library caller may reuse its list),
             # and an entry must keep comparing equal only to what it was rendered from.
-            copied = [dict(m) for m in raw]
+            copied: list[Mapping[str, Any]] = [dict(m) for m in raw]
             entry = _Entry(
                 copied, conversation, prompt, dialect, strict, add_generation_prompt, lookup.chars
             )
