@@ -173,57 +173,37 @@ class BlockEncoder:
         return hit if hit is not None else self._encode_new(block)
 
     def _encode_new(self, block: Block) -> tuple[int, ...]:
-        return self._encode_many((block,))[0]
-
-    def _encode_many(self, blocks: Sequence[Block]) -> list[tuple[int, ...]]:
-        """The ids of blocks not in the cache, their texts in one tokenizer call."""
+        ids: list[int] = []
         tok = self.tokenizer
         controls = tok.controls
+        encode = tok.encode_text
         short = self._short
-        pending: list[str] = []  # texts to encode, in order
-        # Per block: its parts (ids known already, or the index of a pending text), chars.
-        plans: list[tuple[list[int | list[int]], int]] = []
-        for block in blocks:
-            plan: list[int | list[int]] = []
-            chars = 0
-            for seg in block.segments:
-                if type(seg) is Text:
-                    text = seg[0]
-                    n = len(text)
-                    chars += n
-                    if n <= 16:
-                        # Layout text such as "\n" or "assistant\n" recurs in every turn.
-                        hit = short.get(text)
-                        if hit is not None:
-                            plan.append(hit)
-                            continue
-                    plan.append(len(pending))
-                    pending.append(text)
-                elif seg[0] in controls:
-                    plan.append([controls[seg[0]]])
-                elif seg.required:  # type: ignore[union-attr]
-                    tok.control_id(seg[0])  # raises TokenizerError naming the missing token
+        chars = 0
+        for seg in block.segments:
+            if type(seg) is Text:
+                text = seg[0]
+                n = len(text)
+                chars += n
+                if n <= 16:
+                    # Layout text such as "\n" or "assistant\n" recurs in every turn.
+                    hit = short.get(text)
+                    if hit is None:
+                        hit = encode(text) if text else []
+                        if len(short) < 4096:
+                            short[text] = hit
+                    ids += hit
                 else:
-                    plan.append(len(pending))
-                    pending.append(seg[0])
-            plans.append((plan, chars))
-        encoded = tok.encode_texts(pending) if pending else []
-        for text, text_ids in zip(pending, encoded, strict=True):
-            if len(text) <= 16 and len(short) < 4096:
-                short[text] = text_ids
-        results: list[tuple[int, ...]] = []
-        for block, (plan, chars) in zip(blocks, plans, strict=True):
-            ids: list[int] = []
-            for part in plan:
-                if type(part) is int:
-                    ids += encoded[part]
-                else:
-                    ids += part  # type: ignore[arg-type]
-            result = tuple(ids)
-            if self.max_entries:
-                self._remember(block, result, len(result) + chars // 4)
-            results.append(result)
-        return results
+                    ids += encode(text)
+            elif seg[0] in controls:
+                ids.append(controls[seg[0]])
+            elif seg.required:  # type: ignore[union-attr]
+                tok.control_id(seg[0])  # raises TokenizerError naming the missing token
+            else:
+                ids += encode(seg[0])
+        result = tuple(ids)
+        if self.max_entries:
+            self._remember(block, result, len(result) + chars // 4)
+        return result
 
     def _remember(self, block: Block, ids: tuple[int, ...], size: int) -> None:
         if size > self.max_tokens:
@@ -242,15 +222,12 @@ class BlockEncoder:
         ids: list[int] = []
         spans: list[Span] = []
         get = self._cache.get if self.max_entries else _no_hit
-        found = [get(block) for block in blocks]
-        if None in found:
-            missing = [b for b, hit in zip(blocks, found, strict=True) if hit is None]
-            fresh = iter(self._encode_many(missing))
-            found = [hit if hit is not None else next(fresh) for hit in found]
+        encode_new = self._encode_new
         append = spans.append
         start = 0
-        for block, block_ids in zip(blocks, found, strict=True):
-            ids += block_ids  # type: ignore[arg-type]
+        for block in blocks:
+            hit = get(block)
+            ids += hit if hit is not None else encode_new(block)
             end = len(ids)
             append(Span(start, end, block.messages))
             start = end

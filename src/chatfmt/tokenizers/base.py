@@ -39,10 +39,6 @@ class Tokenizer(ABC):
     def encode_text(self, text: str) -> list[int]:
         """Encode ``text`` as ordinary text: control-token strings in it are never special."""
 
-    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
-        """:meth:`encode_text` of each text (a tokenizer may do them in one call)."""
-        return [self.encode_text(t) for t in texts]
-
     @property
     @abstractmethod
     def controls(self) -> Mapping[str, int]:

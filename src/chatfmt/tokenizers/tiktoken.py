@@ -12,7 +12,7 @@ import gzip
 import hashlib
 import threading
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -112,8 +112,6 @@ class TiktokenTokenizer(Tokenizer):
             special_tokens=self._controls,
         )
         self._vocab_size = vocab_size or self._enc.n_vocab
-        self._separator = _separator_of(self._controls)
-
 
     @property
     def controls(self) -> Mapping[str, int]:
@@ -135,57 +133,12 @@ class TiktokenTokenizer(Tokenizer):
         ids: list[int] = self._enc.encode_ordinary(text)
         return ids
 
-    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
-        """All texts in one tiktoken call, joined by a control token that none of them holds.
-
-        tiktoken encodes the text between two allowed special tokens on its own, exactly as
-        ``encode_ordinary`` encodes it alone; only the separator is allowed, so control-token
-        strings inside the texts stay text. Saves the per-call cost (about 2 µs a text) of a
-        render's hundreds of short runs."""
-        separator = self._separator
-        if (
-            separator is None
-            or len(texts) < 2
-            or type(self).encode_text is not TiktokenTokenizer.encode_text
-        ):
-            return [self.encode_text(t) for t in texts]
-        sep_text, sep_id = separator
-        if self._normalize is not None:
-            form = self._normalize
-            texts = [unicodedata.normalize(form, t) for t in texts]
-        if any(sep_text in t for t in texts):
-            return [self.encode_text(t) for t in texts]
-        ids: list[int] = self._enc.encode(
-            sep_text.join(texts), allowed_special={sep_text}, disallowed_special=()
-        )
-        if ids.count(sep_id) != len(texts) - 1:  # never seen; the proof above says so
-            return [self.encode_text(t) for t in texts]
-        out: list[list[int]] = []
-        start = 0
-        index = ids.index
-        for _ in range(len(texts) - 1):
-            end = index(sep_id, start)
-            out.append(ids[start:end])
-            start = end + 1
-        out.append(ids[start:])
-        return out
-
     def token_bytes(self, token_id: int) -> bytes:
         try:
             data: bytes = self._enc.decode_single_token_bytes(token_id)
         except KeyError:
             return b""  # padding rows past the real vocabulary decode to nothing
         return data
-
-
-def _separator_of(controls: Mapping[str, int]) -> tuple[str, int] | None:
-    """A control token that can join texts for one encode call: its first character occurs
-    nowhere else in it, so an occurrence of it in the joined text that is in no text alone
-    starts exactly where a separator was put (``<|endoftext|>``: ``<`` only opens it)."""
-    for text, token_id in controls.items():
-        if len(text) > 1 and text[0] not in text[1:]:
-            return text, token_id
-    return None
 
 
 def _parse_ranks(data: bytes) -> dict[bytes, int]:
