@@ -86,7 +86,7 @@ class ToolCall(_Model):
     @classmethod
     def _arguments_are_object(cls, value: str) -> str:
         try:
-            decoded = json.loads(value, parse_constant=_no_constant)
+            decoded = _STRICT_JSON.decode(value)
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"tool call arguments must be a JSON object, got invalid JSON ({exc.msg})"
@@ -115,6 +115,11 @@ class ToolCall(_Model):
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number (JSON numbers are finite)")
+
+
+#: One decoder for every call's arguments: ``json.loads`` with an option builds a new one
+#: each time, a tenth of reading a call.
+_STRICT_JSON = json.JSONDecoder(parse_constant=_no_constant)
 
 
 def _check_unicode(text: str, what: str) -> None:
@@ -407,7 +412,7 @@ def _fast_call(call: object) -> ToolCall | None:
     if not _is_text(name) or type(arguments) is not str:
         return None
     try:
-        decoded = json.loads(arguments, parse_constant=_no_constant)
+        decoded = _STRICT_JSON.decode(arguments)
     except (ValueError, RecursionError):
         return None
     if type(decoded) is not dict:

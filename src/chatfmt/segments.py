@@ -58,6 +58,12 @@ class Block(NamedTuple):
         return "".join(s.token if isinstance(s, Control) else s.text for s in self.segments)
 
 
+#: One :class:`Control` per token and flag, shared (tuples are immutable): a render makes
+#: hundreds, and a named tuple's Python-level ``__new__`` is a tenth of the renderer's time.
+_control = functools.lru_cache(maxsize=1024)(Control)
+_tuple_new = tuple.__new__
+
+
 @functools.lru_cache(maxsize=64)
 def _splitter(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
     ordered = sorted(set(tokens), key=len, reverse=True)  # longest first: no token eats another
@@ -88,7 +94,7 @@ class BlockBuilder:
     def control(self, token: str, *, required: bool = True) -> None:
         """Append a control token."""
         self._flush()
-        self._segments.append(Control(token, required))
+        self._segments.append(_control(token, required))
 
     def tagged(self, text: str) -> None:
         """Append template text (or a call's raw model text) in which the inline controls are
@@ -112,7 +118,7 @@ class BlockBuilder:
 
     def _flush(self) -> None:
         if self._text:
-            self._segments.append(Text("".join(self._text)))
+            self._segments.append(_tuple_new(Text, ("".join(self._text),)))
             self._text = []
 
 
