@@ -28,6 +28,10 @@ def test_helpers() -> None:
         build_engine(engine="remote")
     with pytest.raises(ChatFmtError, match="unknown engine"):
         build_engine(engine="cloud")  # type: ignore[arg-type]
+    with pytest.raises(ChatFmtError, match="--stream-interval must be 1 or more"):
+        build_engine(engine="remote", engine_url="http://127.0.0.1:9", stream_interval=0)
+    with pytest.raises(ChatFmtError, match="llama-server and remote engines"):
+        build_engine(engine="local", stream_interval=4)
 
 
 def test_remote_engine_needs_no_model_runtime() -> None:

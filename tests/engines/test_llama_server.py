@@ -184,6 +184,28 @@ def test_the_host_prompt_cache_is_bounded(default_model_path: Path, binary: Path
         LlamaServerEngine(default_model_path, prompt_cache_mb=-1)
 
 
+def test_stream_interval_on_the_real_child(default_model_path: Path, binary: Path) -> None:
+    """With an interval of 4, the same greedy reply comes as its first token, then chunks of
+    at least 4 tokens (the last may be shorter), as with no interval, token for token."""
+    got: dict[int, list[tuple[int, ...]]] = {}
+
+    def body_for(interval: int) -> Callable[[Any], Awaitable[None]]:
+        async def body(engine: Any) -> None:
+            params = SamplingParams(max_tokens=40, temperature=0)
+            ids = prompt(engine, "Count from one to twenty in words.")
+            got[interval] = [c.token_ids async for c in engine.stream(ids, params) if c.token_ids]
+
+        return body
+
+    for interval in (1, 4):
+        run(default_model_path, body_for(interval), stream_interval=interval)
+    flat = {k: [t for c in v for t in c] for k, v in got.items()}
+    assert flat[4] == flat[1] and len(flat[1]) > 12
+    sizes = [len(c) for c in got[4]]
+    assert all(n >= 4 for n in sizes[1:-1]), sizes
+    assert len(got[1]) > len(got[4])
+
+
 def test_missing_binary_is_a_clear_error(default_model_path: Path, tmp_path: Path) -> None:
     from chatfmt.engines.llama_server import LlamaServerEngine
 

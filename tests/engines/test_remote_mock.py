@@ -8,6 +8,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -429,3 +430,65 @@ def test_answers_come_uncompressed_and_odd_json_is_read(qwen) -> None:
 
     delivered = asyncio.run(until_error())
     assert [c.token_ids for c in delivered] == [(370,)]
+
+
+def serve_paced(events: list[bytes], delay: float) -> str:
+    """A real llama-server stand-in whose ``/completion`` writes each event on its own, ``delay``
+    seconds apart (as a paced engine's decode steps arrive; ten times that after the first);
+    ``/v1/models`` says llama.cpp."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = json.dumps(models("llamacpp")).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for n, event in enumerate(events):
+                self.wfile.write(event)
+                self.wfile.flush()
+                time.sleep(delay * 10 if n == 0 else delay)
+            self.close_connection = True
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _running.append(server)
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.parametrize("interval", [1, 4])
+def test_stream_interval_hands_tokens_on_n_at_a_time_after_the_first(qwen, interval: int) -> None:
+    ids = qwen.encode_text(" one two three four five six seven eight nine ten")
+    events = [sse(native(qwen.decode([t]), [t]), done=False) for t in ids]
+    events.append(sse(native("", [IM_END]), native("", [], "eos"), done=False))
+    url = serve_paced(events, delay=0.02)
+    eng = RemoteEngine(url, tokenizer=qwen, context_length=2048, stream_interval=interval)
+    chunks = asyncio.run(collect(eng.stream([1, 2], SamplingParams(max_tokens=50))))
+    sizes = [len(c.token_ids) for c in chunks]
+    assert [t for c in chunks for t in c.token_ids] == [*ids, IM_END]  # nothing lost
+    assert sizes[0] == 1  # the first token at once, not held for the interval
+    assert chunks[-1].finish_reason == "stop"
+    if interval == 1:
+        assert len(chunks) >= len(ids) // 2  # paced reads: (nearly) one chunk per token
+    else:
+        assert all(n >= interval for n in sizes[1:-1]), sizes
+        assert len(chunks) <= 2 + len(ids) // interval
+
+
+def test_stream_interval_must_be_positive(qwen) -> None:
+    with pytest.raises(EngineError, match="stream_interval"):
+        RemoteEngine("http://127.0.0.1:1", tokenizer=qwen, stream_interval=0)

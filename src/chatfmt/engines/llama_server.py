@@ -83,7 +83,8 @@ class LlamaServerEngine(Engine):
     defaults to llama.cpp's choice. Call :meth:`connect` (``chatfmt serve`` does) to start
     the child; :meth:`aclose` stops it. ``prompt_cache_mb`` bounds the host memory the child
     keeps prompts in after they leave a slot (its ``--cache-ram``; 0 turns that cache off).
-    ``extra_args`` go to ``llama-server`` as given.
+    ``extra_args`` go to ``llama-server`` as given. ``stream_interval``: see
+    :class:`~chatfmt.engines.remote.RemoteEngine`.
     """
 
     def __init__(
@@ -97,8 +98,12 @@ class LlamaServerEngine(Engine):
         extra_args: Sequence[str] = (),
         startup_timeout: float = 300.0,
         prompt_cache_mb: int = DEFAULT_PROMPT_CACHE_MB,
+        stream_interval: int = 1,
     ) -> None:
         require("httpx", extra="server")
+        if stream_interval < 1:
+            raise EngineError(f"stream_interval must be 1 or more, got {stream_interval}")
+        self._interval = stream_interval
         if prompt_cache_mb < 0:
             raise EngineError(
                 f"prompt_cache_mb must be 0 (no cache) or more, got {prompt_cache_mb}"
@@ -205,6 +210,7 @@ class LlamaServerEngine(Engine):
             retries=2,
             backoff=0.01,
             timeout=600.0,
+            stream_interval=self._interval,
         )
         self._remote = remote
 
