@@ -206,6 +206,31 @@ def test_stream_interval_on_the_real_child(default_model_path: Path, binary: Pat
     assert len(got[1]) > len(got[4])
 
 
+def test_greedy_sends_top_k_1_and_gets_the_tokens_of_top_k_0(
+    default_model_path: Path, binary: Path
+) -> None:
+    """Greedy requests go with top-k 1 (less sampling work); the child's reply is token for
+    token what the whole vocabulary (top-k 0) gives."""
+    import httpx
+
+    async def body(engine: Any) -> None:
+        ids = prompt(engine, "Write three sentences about rivers.")
+        params = SamplingParams(max_tokens=48, temperature=0)
+        gen = await engine.generate(ids, params)
+        raw = {"prompt": ids, "n_predict": 48, "temperature": 0, "top_k": 0, "min_p": 0.0,
+               "repeat_penalty": 1.0, "return_tokens": True, "cache_prompt": False}  # fmt: skip
+        async with httpx.AsyncClient(timeout=120) as client:
+            resp = await client.post(
+                engine._remote.base_url + "/completion",
+                json=raw,
+                headers={"Authorization": f"Bearer {engine._key}"},
+            )
+        whole = resp.json()
+        assert gen.token_ids[: len(whole["tokens"])] == whole["tokens"] and len(whole["tokens"]) > 8
+
+    run(default_model_path, body)
+
+
 def test_missing_binary_is_a_clear_error(default_model_path: Path, tmp_path: Path) -> None:
     from chatfmt.engines.llama_server import LlamaServerEngine
 

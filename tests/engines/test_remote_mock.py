@@ -173,6 +173,9 @@ def test_llama_cpp_server_native_endpoint_returns_ids(qwen) -> None:
     assert body["return_tokens"] is True and body["top_k"] == 0 and body["repeat_penalty"] == 1.0
     assert body["n_predict"] == 5 and body["cache_prompt"] is True and "max_tokens" not in body
     assert isinstance(body["prompt"], list)
+    # Greedy: top-k 1 keeps the same top token and spares the later samplers the vocabulary.
+    asyncio.run(eng.generate(prompt_of(qwen), SamplingParams(max_tokens=5, temperature=0)))
+    assert srv.bodies[-1]["top_k"] == 1 and srv.bodies[-1]["temperature"] == 0
 
 
 def test_llama_cpp_server_limit_is_length(qwen) -> None:
