@@ -4,9 +4,8 @@ its ``sequence_number``), ``GET`` / ``DELETE /v1/responses/{id}`` and
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
@@ -26,19 +25,31 @@ from .service import Exchange, Generated, ResponsesService
 from .wire import ErrorEvent, OutputEvent, ResponseError, ResponseEvent, StreamEvent
 
 
-async def _generate(
-    ex: Exchange,
-    driver: TurnDriver,
-    on_events: Callable[[list[OutputEvent]], Awaitable[None]],
-) -> Generated:
-    """Run the generation, handing each step's stream events to ``on_events``."""
-    builder = OutputBuilder(
+def _builder(ex: Exchange) -> OutputBuilder:
+    return OutputBuilder(
         encrypted_reasoning="reasoning.encrypted_content" in (ex.req.include or ())
     )
+
+
+async def _output(
+    driver: TurnDriver, builder: OutputBuilder
+) -> AsyncGenerator[list[OutputEvent], None]:
+    """The generation's stream events, a step at a time, as ``builder`` collects the output.
+
+    Pulled by the consumer: while a client is still taking earlier events, the engine's
+    tokens wait in its socket and come as one chunk, so one step, at the next pull."""
     async with aclosing(driver.steps()) as steps:
         async for events in steps:
-            await on_events(builder.feed(events))
-    await on_events(builder.finish(cut=driver.cut))
+            yield builder.feed(events)
+    yield builder.finish(cut=driver.cut)
+
+
+async def _generate(ex: Exchange, driver: TurnDriver) -> Generated:
+    """The whole generation (no stream)."""
+    builder = _builder(ex)
+    async with aclosing(_output(driver, builder)) as output:
+        async for _events in output:
+            pass
     return Generated(driver, builder)
 
 
@@ -61,10 +72,7 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
             await until_disconnect(request, driver.open())
             return sse_response(_stream(svc, ex, driver))
 
-        async def ignore(_events: list[OutputEvent]) -> None:
-            return None
-
-        done = await until_disconnect(request, _generate(ex, driver, ignore))
+        done = await until_disconnect(request, _generate(ex, driver))
         response = svc.finished(ex, done)
         await svc.keep(ex, response, done)
         return Response(response.body(), media_type="application/json")
@@ -132,7 +140,6 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
 
 async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> AsyncIterator[bytes]:
     """The typed event stream, every event with its ``sequence_number``."""
-    queue: asyncio.Queue[list[OutputEvent] | None] = asyncio.Queue()
     sequence = 0
 
     def frame(event: StreamEvent) -> bytes:
@@ -140,33 +147,18 @@ async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> As
         sequence += 1
         return frame_event(event, sequence - 1)
 
-    async def push(events: list[OutputEvent]) -> None:
-        await queue.put(events)
-
     rid, created, req = ex.rid, ex.created, ex.req
     started = svc.response(rid, created, req, "in_progress", [], None)
     yield frame(ResponseEvent(type="response.created", response=started))
     yield frame(ResponseEvent(type="response.in_progress", response=started))
-    task = asyncio.ensure_future(_generate(ex, driver, push))
-    task.add_done_callback(lambda _t: queue.put_nowait(None))
+    builder = _builder(ex)
 
     async def body() -> AsyncIterator[bytes]:
-        finished = False
-        while not finished:
-            events = await queue.get()
-            if events is None:
-                break
-            # What the generation produced while the client was still taking earlier events
-            # goes out as one write, its deltas merged.
-            while not queue.empty():
-                more = queue.get_nowait()
-                if more is None:
-                    finished = True
-                    break
-                events = events + more
-            if events:
-                yield b"".join([frame(event) for event in coalesce(events)])
-        done = task.result()
+        async with aclosing(_output(driver, builder)) as output:
+            async for events in output:
+                if events:  # one write a step, its deltas merged
+                    yield b"".join([frame(event) for event in coalesce(events)])
+        done = Generated(driver, builder)
         final = svc.finished(ex, done)
         await svc.keep(ex, final, done)
         if final.status == "incomplete":
@@ -190,9 +182,6 @@ async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> As
         ]
 
     async def stop() -> None:
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
         await driver.aclose()
 
     async for data in stream_errors(body(), "response", on_error=failed, close=stop):
