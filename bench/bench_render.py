@@ -401,12 +401,14 @@ def tool_chat_rows(args: argparse.Namespace) -> list[str]:
         "(tests/test_render_cache.py, tests/server/test_render_caches.py).",
         "",
         "Cold is not within 1.4× of the floor: the tokenizer calls alone (one per text run, as "
-        "exactness needs) cost about the floor or more, and the dialect's own `render_blocks` "
-        "half of it or more (stages below); what this change could remove (pydantic on every "
-        "message, tools checked three times, the conversation validated twice) is gone. Going "
-        "further needs the dialect's render (Qwen2.5 parses and re-serialises each call's "
-        "arguments and the tool definitions) and the tokenizer adapter's per-call cost to "
-        "shrink.",
+        "exactness needs) cost more than the floor, and the dialect's own `render_blocks` "
+        "about half of it (stages below). Gone already: pydantic on every message and on the "
+        "request's messages, the tools checked three times and written as JSON on every "
+        "request, the conversation validated twice. One tokenizer call for all of a render's "
+        "runs (joined at a control token none holds) was tried and measured slower: tiktoken "
+        "then scans the joined text for special tokens. Going further needs less Python work "
+        "per message in conversion and rendering (Qwen2.5 parses and re-serialises each "
+        "call's arguments).",
     ]
     lines += stages(args, dialect, tok, body, text)
     if not args.no_memory:
