@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from .errors import ValidationError
@@ -254,9 +254,6 @@ class Tool(_Model):
     """
 
     definition: dict[str, Any]
-    #: The definition as JSON text, written once when the tool is checked: dialects that show
-    #: tools verbatim reuse it on every request that offers the same tools.
-    _json: str = PrivateAttr(default="")
 
     @model_validator(mode="after")
     def _has_name(self) -> Tool:
@@ -272,17 +269,17 @@ class Tool(_Model):
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"the tool definition is not valid JSON: {exc}") from None
         _check_unicode(text, "the tool definition")
-        self._json = text
+        _remember_json(self.definition, text)
         return self
 
     @property
     def json_text(self) -> str:
-        """``json.dumps(definition, ensure_ascii=False)``, computed once (the definition is
-        not to be changed after the tool is made)."""
-        # Read from pydantic's slot: `self._json` goes through BaseModel.__getattr__ (µs).
-        private = self.__pydantic_private__
-        text = private.get("_json") if private else None
-        return text or json.dumps(self.definition, ensure_ascii=False)
+        """``json.dumps(definition, ensure_ascii=False)``, written once when the tool was
+        checked (a definition is not to be changed in place after the tool is made)."""
+        hit = _TOOL_JSON.get(id(self.definition))
+        if hit is not None and hit[0] is self.definition:
+            return hit[1]
+        return json.dumps(self.definition, ensure_ascii=False)
 
     @classmethod
     def of(cls, value: Tool | Mapping[str, Any]) -> Tool:
@@ -303,6 +300,20 @@ class Tool(_Model):
     def name(self) -> str:
         name: str = self.function["name"]
         return name
+
+
+#: Tool definitions' JSON text by the definition's identity, each kept with its definition (so
+#: that the id stays its own): dialects that show tools verbatim reuse it on every request
+#: that offers the same tools. Kept apart from the model so that a tool's equality and copies
+#: are pydantic's own; ``model_copy(update=...)`` makes a new definition, so a miss.
+_TOOL_JSON: dict[int, tuple[dict[str, Any], str]] = {}
+_TOOL_JSON_MAX = 4096
+
+
+def _remember_json(definition: dict[str, Any], text: str) -> None:
+    if len(_TOOL_JSON) >= _TOOL_JSON_MAX:
+        _TOOL_JSON.clear()  # a crude bound: servers see few distinct tool lists
+    _TOOL_JSON[id(definition)] = (definition, text)
 
 
 class Conversation(_Model):

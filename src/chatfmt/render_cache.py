@@ -275,9 +275,9 @@ class ConversationCache:
             self.hits += 1
         raw = lookup.raw
         if store and lookup.plain and raw and (old is None or old.raw is not raw):
-            # A copy of each message: the caller's dicts may be changed after this request
-            # (the server parses a new body each time; a library caller may reuse its list),
-            # and an entry must keep comparing equal only to what it was rendered from.
+            # A copy of each message dict (shallow, as pydantic's copy of the request was):
+            # the server parses a new body each time, but a library caller may reuse and
+            # change its dicts, and an entry must compare equal only to what it rendered.
             copied: list[Mapping[str, Any]] = [dict(m) for m in raw]
             entry = _Entry(
                 copied, conversation, prompt, dialect, strict, add_generation_prompt, lookup.chars

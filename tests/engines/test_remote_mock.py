@@ -435,10 +435,11 @@ def test_answers_come_uncompressed_and_odd_json_is_read(qwen) -> None:
     assert [c.token_ids for c in delivered] == [(370,)]
 
 
-def serve_paced(events: list[bytes], delay: float) -> str:
+def serve_paced(events: list[bytes], delay: float, *, broken: bool = False) -> str:
     """A real llama-server stand-in whose ``/completion`` writes each event on its own, ``delay``
     seconds apart (as a paced engine's decode steps arrive; ten times that after the first);
-    ``/v1/models`` says llama.cpp."""
+    ``/v1/models`` says llama.cpp. ``broken``: the connection closes before the length it
+    announced."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -459,6 +460,8 @@ def serve_paced(events: list[bytes], delay: float) -> str:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
+            if broken:
+                self.send_header("Content-Length", str(sum(map(len, events)) + 1000))
             self.end_headers()
             for n, event in enumerate(events):
                 self.wfile.write(event)
@@ -490,6 +493,22 @@ def test_stream_interval_hands_tokens_on_n_at_a_time_after_the_first(qwen, inter
     else:
         assert all(n >= interval for n in sizes[1:-1]), sizes
         assert len(chunks) <= 2 + len(ids) // interval
+
+
+def test_a_broken_stream_delivers_the_tokens_held_for_the_interval(qwen) -> None:
+    ids = qwen.encode_text(" one two three four five six")
+    url = serve_paced([sse(native(qwen.decode([t]), [t]), done=False) for t in ids], 0.02,
+                      broken=True)  # fmt: skip
+    eng = RemoteEngine(url, tokenizer=qwen, context_length=2048, stream_interval=4)
+    got: list[int] = []
+
+    async def read() -> None:
+        async for chunk in eng.stream([1, 2], SamplingParams(max_tokens=50)):
+            got.extend(chunk.token_ids)
+
+    with pytest.raises(EngineError):
+        asyncio.run(read())
+    assert got == ids  # every token read before the break, none held back
 
 
 def test_stream_interval_must_be_positive(qwen) -> None:

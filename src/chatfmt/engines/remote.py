@@ -270,26 +270,34 @@ class RemoteEngine(Engine):
         first = True
         chunks: list[GenerationChunk] = []  # read, not yet handed on
         held = 0  # their tokens
-        async for batch in self._http.events(resp):
-            for data in batch:
-                if not isinstance(data, dict):
-                    continue
-                if "error" in data:
-                    for done in merge_chunks(chunks):  # what came before it is delivered
-                        yield done
-                    raise EngineError(f"the engine reported an error: {_error_text(data['error'])}")
-                chunk = self._chunk(data, splitter)
-                if chunk is not None:
-                    chunks.append(chunk)
-                    held += len(chunk.token_ids)
-                    finished = finished or chunk.finish_reason is not None
-            # What arrived in one read goes on as one chunk: one decode, one delta out. With
-            # an interval, the first token still goes at once (time to first token is kept).
-            if chunks and (first or held >= interval or finished):
-                for chunk in merge_chunks(chunks):
-                    yield chunk
-                first = first and not held  # an empty chunk is not the first token
-                chunks, held = [], 0
+        try:
+            async for batch in self._http.events(resp):
+                for data in batch:
+                    if not isinstance(data, dict):
+                        continue
+                    if "error" in data:
+                        held_back, chunks = chunks, []
+                        for done in merge_chunks(held_back):  # what came before it is delivered
+                            yield done
+                        message = _error_text(data["error"])
+                        raise EngineError(f"the engine reported an error: {message}")
+                    chunk = self._chunk(data, splitter)
+                    if chunk is not None:
+                        chunks.append(chunk)
+                        held += len(chunk.token_ids)
+                        finished = finished or chunk.finish_reason is not None
+                # What arrived in one read goes on as one chunk: one decode, one delta out.
+                # With an interval, the first token still goes at once (time to first token).
+                if chunks and (first or held >= interval or finished):
+                    for chunk in merge_chunks(chunks):
+                        yield chunk
+                    first = first and not held  # an empty chunk is not the first token
+                    chunks, held = [], 0
+        except EngineError:
+            held_back, chunks = chunks, []
+            for chunk in merge_chunks(held_back):  # a broken stream: what was read is given
+                yield chunk
+            raise
         for chunk in merge_chunks(chunks):  # a stream that ended without finishing
             yield chunk
         if not finished:
