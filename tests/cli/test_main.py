@@ -209,6 +209,8 @@ def test_serve_reads_api_keys_from_a_file_and_refuses_an_empty_one(tmp_path: Pat
         (["--max-messages", "0"], "--max-messages must be positive, got 0"),
         (["--header-timeout", "-1"], "--header-timeout must be positive"),
         (["--max-connections-per-client", "-1"], "--max-connections-per-client must be 0"),
+        (["--stream-interval", "0"], "--stream-interval must be 1 or more"),
+        (["--prompt-cache-mb", "-1"], "--prompt-cache-mb must be 0 (no cache) or more"),
     ],
 )
 def test_serve_checks_its_flags_before_loading_the_model(

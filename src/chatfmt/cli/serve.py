@@ -508,6 +508,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             require("psycopg", extra="postgres")
     if not 0 < args.max_upload_mb <= args.max_body_mb:
         fail(f"--max-upload-mb must be positive and at most --max-body-mb ({args.max_body_mb:g})")
+    # Before the store opens: the engine's own checks come after it.
+    if args.stream_interval < 1:
+        fail(f"--stream-interval must be 1 or more (tokens at a time), got {args.stream_interval}")
+    if args.prompt_cache_mb is not None and args.prompt_cache_mb < 0:
+        fail(f"--prompt-cache-mb must be 0 (no cache) or more, got {args.prompt_cache_mb}")
 
     def configure(app: Any, engine: Any, dialect: Dialect) -> None:
         from ..web import demo_tools, mount_web
