@@ -1,5 +1,5 @@
 """What the ``chatfmt`` commands share: usage errors, the engine options of ``chat`` and
-``serve``, API keys, the store's default path, and tools files.
+``serve``, ``serve``'s server limits, API keys, the store's default path, and tools files.
 
 Every command module (``main``, ``serve``, ``store``) imports from here, never from another
 command module, so a command can move without dragging the others along.
@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..dialects import list_dialects
 from ..errors import ChatFmtError
+
+if TYPE_CHECKING:
+    from ..server.http.limits import ServerLimits
 
 
 class UsageError(Exception):
@@ -143,3 +146,34 @@ def load_tools_file(path: str) -> Any:
     if not fns:
         fail(f"{path} defines no tools: decorate functions with @chatfmt.tools.tool")
     return ToolRegistry(fns)
+
+
+def server_limits(args: argparse.Namespace) -> ServerLimits:
+    """The server limits the flags ask for (each flag is named in the limit's own errors)."""
+    from ..server.http.limits import ServerLimits
+
+    per_client = args.max_connections_per_client
+    if per_client < 0:
+        raise UsageError(
+            f"--max-connections-per-client must be 0 (no cap) or more, got {per_client}"
+        )
+    for flag, value in (
+        ("--max-body-mb", args.max_body_mb),
+        ("--max-messages", args.max_messages),
+        ("--max-tools", args.max_tools),
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+    ):
+        if not value > 0:
+            raise UsageError(f"{flag} must be positive, got {value}")
+    try:
+        return ServerLimits(
+            max_body_bytes=round(args.max_body_mb * 1024 * 1024),
+            max_messages=args.max_messages,
+            max_tools=args.max_tools,
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
+            max_connections_per_client=per_client if per_client > 0 else None,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

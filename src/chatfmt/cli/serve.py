@@ -29,13 +29,13 @@ from .kernel import (
     interpreter_wanted,
 )
 from .options import (
-    UsageError,
     add_engine_options,
     default_store_path,
     engine_options,
     fail,
     load_tools_file,
     read_keys,
+    server_limits,
 )
 
 if TYPE_CHECKING:
@@ -570,37 +570,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         **{**engine_options(args), "engine": args.engine or "llama-server"},
     )
     return 0
-
-
-def server_limits(args: argparse.Namespace) -> ServerLimits:
-    """The server limits the flags ask for (each flag is named in the limit's own errors)."""
-    from ..server.http.limits import ServerLimits
-
-    per_client = args.max_connections_per_client
-    if per_client < 0:
-        raise UsageError(
-            f"--max-connections-per-client must be 0 (no cap) or more, got {per_client}"
-        )
-    for flag, value in (
-        ("--max-body-mb", args.max_body_mb),
-        ("--max-messages", args.max_messages),
-        ("--max-tools", args.max_tools),
-        ("--header-timeout", args.header_timeout),
-        ("--body-timeout", args.body_timeout),
-    ):
-        if not value > 0:
-            raise UsageError(f"{flag} must be positive, got {value}")
-    try:
-        return ServerLimits(
-            max_body_bytes=round(args.max_body_mb * 1024 * 1024),
-            max_messages=args.max_messages,
-            max_tools=args.max_tools,
-            header_timeout=args.header_timeout,
-            body_timeout=args.body_timeout,
-            max_connections_per_client=per_client if per_client > 0 else None,
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def require_jupyter() -> None:
