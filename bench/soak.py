@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import random
 import secrets
@@ -54,8 +55,9 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 from openai import AsyncOpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _pg import postgres
 from _report import write_section
+
+ROOT = Path(__file__).resolve().parent.parent
 
 KB, MB = 1024, 1024 * 1024
 SAMPLE_EVERY = 30.0
@@ -460,6 +462,17 @@ def report(
     return "\n".join(out) + "\n", not failures
 
 
+def postgres_server() -> Any:
+    """The store tests' throwaway PostgreSQL server (tests/store/pg_server.py: one recipe for
+    both), as a context manager: the server, or why there is none (a string)."""
+    path = ROOT / "tests/store/pg_server.py"
+    spec = importlib.util.spec_from_file_location("chatfmt_pg_server", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.running_server()
+
+
 def main(opts: argparse.Namespace) -> int:
     # A plain kill would leave the servers, llama-server and PostgreSQL running: exit through
     # the clean-up below instead.
@@ -468,7 +481,7 @@ def main(opts: argparse.Namespace) -> int:
     key = "soak-" + secrets.token_urlsafe(16)
     reps: list[Replica] = []
     try:
-        with postgres("chatfmt_soak") as pg:
+        with postgres_server() as pg:
             sqlite_rep = start_serve("SQLite", str(tmp / "store.sqlite3"), key, tmp, opts.sqlite_mb,
                                      "--parallel", "2", "--threads", str(opts.threads))  # fmt: skip
             reps.append(sqlite_rep)
@@ -480,7 +493,7 @@ def main(opts: argparse.Namespace) -> int:
             else:
                 remote = ("--engine", "remote", "--engine-url", engine_url,
                           "--engine-api-key", engine_key, "--tokenizer", "qwen2.5")  # fmt: skip
-                reps.append(start_serve("PostgreSQL", pg[0], key, tmp, opts.pg_mb, *remote))
+                reps.append(start_serve("PostgreSQL", pg.database(), key, tmp, opts.pg_mb, *remote))
             sampler = Sampler(reps, engine, key)
             sampler.sample()  # the start
             loaded = asyncio.run(load(reps, sampler, key, opts))

@@ -18,8 +18,8 @@ from chatfmt.dialects import get_dialect
 from chatfmt.engines.fake import FakeEngine
 from chatfmt.events import ReasoningDelta, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from chatfmt.server import create_app
-from chatfmt.server.responses.output import OutputBuilder
-from chatfmt.server.responses.wire import StreamEvent
+from chatfmt.server.responses.output import BuiltEvent, OutputBuilder, PartDelta
+from chatfmt.server.responses.wire import OutputEvent, StreamEvent
 from chatfmt.store import ResponseStore
 from chatfmt.tokenizers import Tokenizer, load_tokenizer
 
@@ -128,6 +128,11 @@ def test_every_event_and_item_validates_against_the_sdks_types(qwen: Tokenizer) 
     assert kinds == {"message", "reasoning", "function_call"}
 
 
+def wire(event: BuiltEvent) -> OutputEvent:
+    """The wire model of a builder's event (its per-token deltas are plain tuples)."""
+    return event.event() if isinstance(event, PartDelta) else event
+
+
 def test_an_incomplete_call_and_encrypted_reasoning_validate() -> None:
     builder = OutputBuilder(encrypted_reasoning=True)
     events = builder.feed(
@@ -139,7 +144,7 @@ def test_an_incomplete_call_and_encrypted_reasoning_validate() -> None:
         ]
     )
     events += builder.finish(cut=True)
-    for event in events:
+    for event in map(wire, events):
         SDK_EVENT.validate_python({**event.model_dump(mode="json"), "sequence_number": 0})
     reasoning, message, call = (SDK_ITEM.validate_python(i.model_dump()) for i in builder.items)
     assert reasoning.encrypted_content and reasoning.content[0].text == "Think."
@@ -152,7 +157,7 @@ def test_events_show_each_item_as_it_was() -> None:
     builder = OutputBuilder()
     events = builder.feed([TextDelta("a"), TextDelta("b"), ToolCallStart(0, "c1", "f")])
     events += builder.feed([ToolCallDelta(0, "{}"), ToolCallEnd(0, complete=True)])
-    events += builder.finish()
+    events = [wire(e) for e in events + builder.finish()]
     added = [e.model_dump(exclude={"sequence_number"}) for e in events if "added" in e.type]
     assert [a.get("item") or a.get("part") for a in added] == [
         {"id": builder.items[0].id, "type": "message", "status": "in_progress",

@@ -80,12 +80,11 @@ def choice_frames(events: list[Event]) -> list[bytes]:
         if isinstance(ev, TextDelta | ReasoningDelta):
             if not ev.text:
                 continue
+            # (No lone surrogate that orjson would refuse: TurnDecoder replaced them, and
+            # pydantic cannot write one either.)
             head = _TEXT_HEAD if isinstance(ev, TextDelta) else _REASONING_HEAD
-            try:
-                out.append(head + orjson.dumps(ev.text) + _DELTA_TAIL)
-                continue
-            except orjson.JSONEncodeError:  # a lone surrogate: pydantic's way below
-                pass
+            out.append(head + orjson.dumps(ev.text) + _DELTA_TAIL)
+            continue
         out.extend(_to_json(c) for c in chunk_choices([ev]))
     return out
 

@@ -1,8 +1,9 @@
 """Stream events → server-sent event bytes, cheaply where it counts: per token.
 
-Nearly every event of a streamed response is a text or reasoning delta. Their bytes are built
-directly (the same bytes pydantic writes, checked by a property test), and deltas that were
-produced while the client was still receiving earlier ones are merged into one event
+Nearly every event of a streamed response is a text or reasoning delta. The builder makes them
+as :class:`.output.PartDelta` tuples and their bytes are written here directly (the same bytes
+pydantic writes for the wire model, checked by a property test). Deltas that were produced
+while the client was still receiving earlier ones are merged into one event
 (:func:`coalesce`), so a client slower than the engine gets fewer, larger deltas instead of a
 growing backlog of one-token events.
 """
@@ -13,41 +14,34 @@ import orjson
 
 from ..http.bodies import json_bytes
 from ..http.sse import sse_event
-from .wire import OutputEvent, OutputTextDelta, ReasoningTextDelta, ResponseEvent, StreamEvent
+from .output import BuiltEvent, PartDelta
+from .wire import ResponseEvent, StreamEvent
 
-_HEADS = {
-    OutputTextDelta: (
-        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":'
-    ),
-    ReasoningTextDelta: (
-        b"event: response.reasoning_text.delta\n"
-        b'data: {"type":"response.reasoning_text.delta","item_id":'
-    ),
-}
-_AFTER_DELTA = {
-    OutputTextDelta: b',"logprobs":[],"sequence_number":',
-    ReasoningTextDelta: b',"sequence_number":',
-}
+# Indexed by PartDelta.reasoning.
+_HEADS = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":',
+    b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta",'
+    b'"item_id":',
+)
+_AFTER_DELTA = (b',"logprobs":[],"sequence_number":', b',"sequence_number":')
 
 
-def frame(event: StreamEvent, sequence: int) -> bytes:
+def frame(event: StreamEvent | PartDelta, sequence: int) -> bytes:
     """``event`` as one server-sent event, numbered ``sequence``."""
-    if isinstance(event, OutputTextDelta | ReasoningTextDelta):
-        kind = type(event)
-        try:
-            return b"".join(
-                (
-                    _HEADS[kind],
-                    orjson.dumps(event.item_id),
-                    b',"output_index":%d,"content_index":%d,"delta":'
-                    % (event.output_index, event.content_index),
-                    orjson.dumps(event.delta),
-                    _AFTER_DELTA[kind],
-                    b"%d}\n\n" % sequence,
-                )
+    if isinstance(event, PartDelta):
+        # (No lone surrogate that orjson would refuse: TurnDecoder replaced them, and
+        # pydantic cannot write one either.)
+        return b"".join(
+            (
+                _HEADS[event.reasoning],
+                orjson.dumps(event.item_id),
+                b',"output_index":%d,"content_index":%d,"delta":'
+                % (event.output_index, event.content_index),
+                orjson.dumps(event.delta),
+                _AFTER_DELTA[event.reasoning],
+                b"%d}\n\n" % sequence,
             )
-        except orjson.JSONEncodeError:  # a lone surrogate: pydantic's way below
-            pass
+        )
     event.sequence_number = sequence
     if isinstance(event, ResponseEvent):
         # Written as the whole body and the store write a response (see
@@ -58,26 +52,19 @@ def frame(event: StreamEvent, sequence: int) -> bytes:
     return sse_event(data, event=event.type)
 
 
-def coalesce(events: list[OutputEvent]) -> list[OutputEvent]:
+def coalesce(events: list[BuiltEvent]) -> list[BuiltEvent]:
     """``events`` with each run of deltas to the same part merged into one delta."""
     if len(events) < 2:
         return events
-    out: list[OutputEvent] = []
+    out: list[BuiltEvent] = []
     for event in events:
         last = out[-1] if out else None
         if (
-            isinstance(event, OutputTextDelta | ReasoningTextDelta)
-            and type(last) is type(event)
-            and isinstance(last, OutputTextDelta | ReasoningTextDelta)
-            and (last.item_id, last.output_index, last.content_index)
-            == (event.item_id, event.output_index, event.content_index)
+            type(event) is PartDelta
+            and type(last) is PartDelta
+            and last[:4] == event[:4]  # the same kind of delta to the same part
         ):
-            out[-1] = type(last).model_construct(
-                item_id=last.item_id,
-                output_index=last.output_index,
-                content_index=last.content_index,
-                delta=last.delta + event.delta,
-            )
+            out[-1] = last._replace(delta=last.delta + event.delta)
         else:
             out.append(event)
     return out

@@ -20,9 +20,9 @@ from ..http.sse import sse_response, stream_errors, until_disconnect
 from .frames import coalesce
 from .frames import frame as frame_event
 from .input import ResponsesRequest
-from .output import OutputBuilder
+from .output import BuiltEvent, OutputBuilder, PartDelta
 from .service import Exchange, Generated, ResponsesService
-from .wire import ErrorEvent, OutputEvent, ResponseError, ResponseEvent, StreamEvent
+from .wire import ErrorEvent, ResponseError, ResponseEvent, StreamEvent
 
 
 def _builder(ex: Exchange) -> OutputBuilder:
@@ -33,7 +33,7 @@ def _builder(ex: Exchange) -> OutputBuilder:
 
 async def _output(
     driver: TurnDriver, builder: OutputBuilder
-) -> AsyncGenerator[list[OutputEvent], None]:
+) -> AsyncGenerator[list[BuiltEvent], None]:
     """The generation's stream events, a step at a time, as ``builder`` collects the output.
 
     Pulled by the consumer: while a client is still taking earlier events, the engine's
@@ -142,7 +142,7 @@ async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> As
     """The typed event stream, every event with its ``sequence_number``."""
     sequence = 0
 
-    def frame(event: StreamEvent) -> bytes:
+    def frame(event: StreamEvent | PartDelta) -> bytes:
         nonlocal sequence
         sequence += 1
         return frame_event(event, sequence - 1)

@@ -335,7 +335,8 @@ class ErrorEvent(_Wire):
     sequence_number: int = 0
 
 
-#: What :class:`.output.OutputBuilder` emits: the output items and their content, piece by piece.
+#: The output items and their content, piece by piece, as the stream sends them
+#: (:class:`.output.OutputBuilder` makes the per-token deltas as plain tuples).
 OutputEvent = (
     OutputItemAdded
     | OutputItemDone
