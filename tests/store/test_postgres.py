@@ -182,3 +182,78 @@ def test_concurrent_writers_past_the_limit_evict_fairly(url: str) -> None:
             previous = f"hog-{i}"
     for store in stores:
         store.close()
+
+
+def test_a_write_waits_for_a_stalled_lock_holder_only_so_long(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica frozen while it holds the exclusive write lock (its connection open) makes
+    other replicas' writes fail after ``lock_timeout`` instead of hanging, and PostgreSQL ends
+    such an idle transaction of a pooled session after ``idle_in_transaction_session_timeout``."""
+    import time
+
+    import psycopg
+
+    from chatfmt.errors import StoreError
+    from chatfmt.store import postgres
+    from chatfmt.store.pg_schema import WRITE_LOCK
+
+    monkeypatch.setattr(
+        postgres,
+        "SESSION_SETTINGS",
+        (("lock_timeout", "1s"), ("idle_in_transaction_session_timeout", "2s")),
+    )
+    store = PostgresStore(url)
+    with store._pool.connection() as conn:
+        shown = conn.execute(
+            "SELECT current_setting('lock_timeout'), "
+            "current_setting('idle_in_transaction_session_timeout')"
+        ).fetchone()
+    assert shown == ("1s", "2s")
+    with psycopg.connect(url) as holder:  # the frozen replica: a transaction left open
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="lock timeout"):
+            store.put("o", response("r1"), [], SAY)
+        assert time.monotonic() - started < 10
+    store.put("o", response("r1"), [], SAY)  # the lock gone, writes go on
+    # A pooled session that sits in a transaction is ended by the server, its locks freed.
+    with store._pool.connection() as conn:
+        conn.autocommit = False
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        time.sleep(3)
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+            conn.execute("SELECT 1")
+    store.put("o", response("r2", "r1"), [], SAY)
+    store.close()
+
+
+def test_a_refused_vacuum_after_deleting_a_key_is_reported(postgres_server: Any) -> None:
+    """A role that may delete rows but does not own the tables: PostgreSQL skips the vacuum
+    with a warning, not an error; delete_owner says so (the rows are gone, their bytes not)."""
+    from chatfmt.errors import StoreError
+
+    url = postgres_server.database()
+    PostgresStore(url).close()  # created by the tables' owner
+    role = "clerk_" + url.rsplit("_", 1)[-1]
+    for sql in (
+        f"CREATE ROLE {role} LOGIN",
+        f"GRANT USAGE ON SCHEMA chatfmt TO {role}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA chatfmt TO {role}",
+    ):
+        postgres_server.execute(url, sql)
+    store = PostgresStore(url.replace("postgres@", f"{role}@", 1))
+    store.put("k", response("r1"), [], SAY)
+    with pytest.raises(StoreError, match=r"rows are deleted, but vacuuming .* skipping"):
+        store.delete_owner("k")
+    assert store.get("k", "r1") is None
+    store.close()
+
+
+def test_store_info_reads_on_a_read_only_session(url: str) -> None:
+    from chatfmt.store import postgres
+
+    PostgresStore(url).close()
+    assert postgres._looking(
+        url, lambda conn: conn.execute("SHOW transaction_read_only").fetchone()
+    ) == ("on",)

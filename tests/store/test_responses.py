@@ -78,3 +78,16 @@ def test_exact_ids_are_kept_as_each_rows_addition(make_store: MakeStore) -> None
     for rid in ("r5", "r6", "r7", "r8"):
         chain = store.chain("o", rid)
         assert chain is not None and chain.ids is None and len(chain.messages) >= 5
+
+
+def test_an_id_with_a_nul_names_nothing(make_store: MakeStore) -> None:
+    """A client's id with a NUL in it (``GET /v1/responses/resp_%00x``): not found on both
+    backends (PostgreSQL's text cannot hold one: this was a 500 there)."""
+    store = make_store()
+    store.put("o", response("resp_1"), [], [])
+    bad = "resp_\x00x"
+    assert store.get("o", bad) is None and store.chain("o", bad) is None
+    assert store.exchanges("o", bad) is None and not store.delete("o", bad)
+    assert store.load_conversation("o", "c\x00") is None
+    assert not store.delete_conversation("o", "c\x00")
+    assert store.count() == 1

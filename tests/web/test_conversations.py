@@ -60,6 +60,25 @@ async def test_save_list_open_delete(tok: Tokenizer) -> None:
         assert (await c.delete(f"/api/conversations/{CID}")).status_code == 404
 
 
+async def test_a_title_is_one_line_of_printable_text_on_either_store(
+    tok: Tokenizer, postgres_server: Any
+) -> None:
+    """Line breaks and control characters in the first message (a NUL, which PostgreSQL's
+    text cannot hold: the save was a 500 there) become single spaces in the title."""
+    from chatfmt.store import PostgresStore
+
+    state = {**STATE, "messages": [{"role": "user", "content": "Hi\x00 there\n\tyou"}]}
+    for store in (ResponseStore(":memory:"), PostgresStore(postgres_server.database())):
+        app, _ = build_app(tok, store=store)
+        async with client(app) as c:
+            r = await c.put(f"/api/conversations/{CID}", json=state)
+            assert r.status_code == 200, r.text
+            [row] = (await c.get("/api/conversations")).json()["conversations"]
+            assert row["title"] == "Hi there you"
+            assert (await c.get(f"/api/conversations/{CID}")).json() == {"id": CID, **state}
+        store.close()
+
+
 async def test_each_key_sees_its_own(tok: Tokenizer) -> None:
     app, _ = build_app(tok, store=ResponseStore(":memory:"), api_key=["key-a", "key-b"])
     async with client(app, "key-a") as a, client(app, "key-b") as b, client(app) as anon:

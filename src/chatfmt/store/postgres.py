@@ -74,6 +74,20 @@ CONNECT_S = 10
 WAIT_S = 30.0
 #: Tries of a transaction that PostgreSQL chose to abort (a deadlock it broke).
 ATTEMPTS = 5
+#: Each pooled session's bounds: a write waits at most ``lock_timeout`` for a lock (then
+#: fails with a StoreError, as an unreachable store does), and a transaction left open by a
+#: replica that froze while holding the write lock is ended by PostgreSQL after
+#: ``idle_in_transaction_session_timeout``, its locks released: without them one stalled
+#: replica would hold every other replica's writes until TCP noticed (hours).
+SESSION_SETTINGS = (("lock_timeout", "30s"), ("idle_in_transaction_session_timeout", "60s"))
+#: libpq's TCP keepalives, unless the URL sets its own: a replica whose peer vanished finds out
+#: in about a minute.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
 
 
 class PostgresUnavailable(StoreUnavailable):
@@ -87,6 +101,35 @@ class PostgresUnavailable(StoreUnavailable):
             "that the URL's user may connect and create tables, or give --no-store",
         )
         self.path, self.reason = url, reason
+
+
+def _configure(conn: Conn) -> None:
+    """A new pooled connection's session settings (:data:`SESSION_SETTINGS`)."""
+    for name, value in SESSION_SETTINGS:
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+
+
+def _vacuum(conn: Conn) -> str:
+    """Vacuum the store's tables; what PostgreSQL said if it skipped one ("" if none): a role
+    that does not own a table gets a warning and no vacuum, not an error."""
+    warnings: list[str] = []
+
+    def heard(notice: Any) -> None:
+        if notice.severity_nonlocalized == "WARNING":
+            warnings.append(str(notice.message_primary))
+
+    conn.add_notice_handler(heard)
+    try:
+        conn.execute(f"VACUUM {SCHEMA}.responses, {SCHEMA}.conversations, {SCHEMA}.usage")
+    finally:
+        conn.remove_notice_handler(heard)
+    return "; ".join(warnings)
+
+
+def _absent(key: str) -> bool:
+    """Whether ``key`` (an id a client sent) can name no row: PostgreSQL text cannot hold a
+    NUL, and SQLite, where it can, has no row with one either (ids are chatfmt's own)."""
+    return "\x00" in key
 
 
 class _Evict(Exception):
@@ -115,11 +158,14 @@ class PostgresStore:
                 migrate(conn)
         except (psycopg.Error, StoreError) as exc:
             raise PostgresUnavailable(self.url, self._scrub(exc)) from None
+        given = psycopg.conninfo.conninfo_to_dict(url)
+        keepalives = {k: v for k, v in KEEPALIVES.items() if k not in given}
         self._pool = pool.ConnectionPool(
             url,
             min_size=1,
             max_size=POOL_SIZE,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, **keepalives},
+            configure=_configure,
             check=pool.ConnectionPool.check_connection,
             timeout=WAIT_S,
             name="chatfmt-store",
@@ -251,9 +297,13 @@ class PostgresStore:
         self._write(write, owner=owner)
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
+        if _absent(response_id):
+            return None
         return self._read(lambda conn: pg_rows.get(conn, owner, response_id))
 
     def chain(self, owner: str, response_id: str) -> Chain | None:
+        if _absent(response_id):
+            return None
         return self._read(lambda conn: pg_rows.chain(conn, owner, response_id))
 
     def conversation(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
@@ -262,6 +312,8 @@ class PostgresStore:
         return None if found is None else found.messages
 
     def delete(self, owner: str, response_id: str) -> bool:
+        if _absent(response_id):
+            return False
         return self._write(lambda conn, _: pg_rows.delete(conn, owner, response_id), owner=owner)
 
     # ==== Export (chatfmt dataset export) ====
@@ -293,6 +345,8 @@ class PostgresStore:
         return self._read(lambda conn: listing.refs(conn.execute(sql, args).fetchall()))
 
     def exchanges(self, owner: str, response_id: str) -> list[StoredExchange] | None:
+        if _absent(response_id):
+            return None
         return self._read(lambda conn: pg_rows.exchanges(conn, owner, response_id))
 
     # ==== The web chat's conversations ====
@@ -311,9 +365,13 @@ class PostgresStore:
         return self._read(lambda conn: pg_rows.conversations(conn, owner, limit))
 
     def load_conversation(self, owner: str, cid: str) -> dict[str, Any] | None:
+        if _absent(cid):
+            return None
         return self._read(lambda conn: pg_rows.load_conversation(conn, owner, cid))
 
     def delete_conversation(self, owner: str, cid: str) -> bool:
+        if _absent(cid):
+            return False
         return self._write(
             lambda conn, _: pg_rows.delete_conversation(conn, owner, cid), owner=owner
         )
@@ -333,16 +391,14 @@ class PostgresStore:
 
         counts = self._write(write, owner=owner)
         try:
-            self._read(
-                lambda conn: conn.execute(
-                    f"VACUUM {SCHEMA}.responses, {SCHEMA}.conversations, {SCHEMA}.usage"
-                )
-            )
+            refused = self._read(_vacuum)
         except StoreError as exc:
+            refused = str(exc)
+        if refused:
             raise StoreError(
-                f"the rows are deleted, but vacuuming the store's tables failed ({exc}); run "
+                f"the rows are deleted, but vacuuming the store's tables failed ({refused}); run "
                 f"VACUUM {SCHEMA}.responses, {SCHEMA}.conversations as their owner"
-            ) from None
+            )
         return counts
 
     def prune(self) -> int:
@@ -430,7 +486,8 @@ def _looking(url: str, read: Callable[[Conn], _T]) -> _T:
     shown = redact(url)
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_S) as conn:
-            conn.read_only = True
+            # (conn.read_only applies to transactions psycopg opens, and autocommit opens none.)
+            conn.execute("SET default_transaction_read_only = on")
             return read(conn)
     except psycopg.Error as exc:
         raise StoreError(f"cannot read the response store {shown} ({scrub(url, exc)})") from None

@@ -11,6 +11,7 @@ never lists, reads or deletes another's. The store's calls run on its own thread
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -55,10 +56,15 @@ class ConversationState(BaseModel):
         return self
 
 
+_BLANKS = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
+
+
 def _title(state: ConversationState) -> str:
     first = next((m for m in state.messages if m.get("role") == "user"), None)
     text = first.get("content") if first else None
-    text = " ".join(text.split()) if isinstance(text, str) else ""
+    # One line: runs of white space and control characters (a NUL, which PostgreSQL cannot
+    # store, among them) become single spaces.
+    text = _BLANKS.sub(" ", text).strip() if isinstance(text, str) else ""
     return (text[: _TITLE_CHARS - 1] + "…") if len(text) > _TITLE_CHARS else (text or "New chat")
 
 
