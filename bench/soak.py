@@ -282,6 +282,10 @@ async def tool_round_trip(c: AsyncOpenAI, model: str, rng: random.Random) -> Non
     calls = r.choices[0].message.tool_calls if r.choices else None
     if not calls:
         raise Unexpected(f"a forced tool call came back without one: {r}")
+    if r.choices[0].finish_reason != "tool_calls":
+        # max_tokens cut the last call (finish_reason "length"): it is not runnable, and its
+        # partial arguments are refused if sent back, as a careful client knows.
+        return
     msgs.append({"role": "assistant", "content": None,
                  "tool_calls": [call.model_dump() for call in calls]})  # fmt: skip
     for call in calls:
