@@ -89,7 +89,9 @@ class ToolCall(_Model):
             decoded = _STRICT_JSON.decode(value)
         except json.JSONDecodeError as exc:
             raise ValueError(
-                f"tool call arguments must be a JSON object, got invalid JSON ({exc.msg})"
+                f"tool call arguments must be a JSON object, got invalid JSON ({exc.msg}); "
+                "a call cut off by max_tokens (finish_reason 'length') is not runnable: "
+                "leave it and its result out of the history"
             ) from None
         except (ValueError, RecursionError) as exc:  # huge integers, absurd nesting
             raise ValueError(f"tool call arguments cannot be read: {exc}") from None

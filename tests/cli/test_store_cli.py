@@ -160,3 +160,23 @@ def test_a_url_of_another_scheme_is_an_error_not_a_folder(tmp_path: Path) -> Non
         assert "postgresql://" in done.stderr and "hunter2" not in done.stderr
         assert "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_info_reads_with_the_urls_password(postgres_server: Any, monkeypatch: Any) -> None:
+    """The URL is shown without its password but read with it (the test server trusts any
+    password, so the URL ``info`` opens is checked: it once opened the masked one)."""
+    import chatfmt.store
+    from chatfmt.cli.main import main
+
+    url = postgres_server.database(password="hunter2-secret")
+    fill(url)
+    opened: list[str] = []
+    real = chatfmt.store.read_info
+
+    def spy(location: str) -> dict[str, Any]:
+        opened.append(str(location))
+        return real(location)
+
+    monkeypatch.setattr(chatfmt.store, "read_info", spy)
+    assert main(["store", "info", "--store", url]) == 0
+    assert opened == [url]

@@ -5,6 +5,7 @@ failures."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 import threading
@@ -435,11 +436,14 @@ def test_answers_come_uncompressed_and_odd_json_is_read(qwen) -> None:
     assert [c.token_ids for c in delivered] == [(370,)]
 
 
-def serve_paced(events: list[bytes], delay: float, *, broken: bool = False) -> str:
+def serve_paced(
+    events: list[bytes], delay: float, *, broken: bool = False, hang: float = 0.0
+) -> str:
     """A real llama-server stand-in whose ``/completion`` writes each event on its own, ``delay``
     seconds apart (as a paced engine's decode steps arrive; ten times that after the first);
     ``/v1/models`` says llama.cpp. ``broken``: the connection closes before the length it
-    announced."""
+    announced. ``hang``: every ``/v1/models`` after the first waits that long to answer."""
+    asked = itertools.count()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -448,6 +452,8 @@ def serve_paced(events: list[bytes], delay: float, *, broken: bool = False) -> s
             pass
 
         def do_GET(self) -> None:
+            if next(asked):
+                time.sleep(hang)
             body = json.dumps(models("llamacpp")).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -514,3 +520,23 @@ def test_a_broken_stream_delivers_the_tokens_held_for_the_interval(qwen) -> None
 def test_stream_interval_must_be_positive(qwen) -> None:
     with pytest.raises(EngineError, match="stream_interval"):
         RemoteEngine("http://127.0.0.1:1", tokenizer=qwen, stream_interval=0)
+
+
+def test_an_engine_that_hangs_is_unhealthy_in_time(qwen, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine that accepts connections and never answers makes ``/health`` a quick 503,
+    not a wait a liveness probe gives up on (which restarts the replica)."""
+    from chatfmt.engines import remote
+
+    monkeypatch.setattr(remote, "HEALTH_S", 0.3)
+    url = serve_paced([], 0.0, hang=5.0)
+
+    async def check() -> tuple[bool, float]:
+        eng = RemoteEngine(url, tokenizer=qwen, context_length=2048)
+        await eng.connect()
+        started = time.monotonic()
+        healthy = await eng.health()
+        await eng.aclose()
+        return healthy, time.monotonic() - started
+
+    healthy, waited = asyncio.run(check())
+    assert not healthy and waited < 2.0

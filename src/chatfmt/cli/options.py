@@ -62,7 +62,12 @@ def _dialect_name(name: str) -> str:
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """The model and engine options of ``chat`` and ``serve`` (read by :func:`engine_options`)."""
-    p.add_argument("--model", default="default", help="'default' or a path to a GGUF file")
+    p.add_argument(
+        "--model",
+        default="default",
+        help="'default' or a path to a GGUF file; with --engine remote, the id shown on "
+        "/v1/models (and the tokenizer's name unless --tokenizer is given)",
+    )
     add_dialect(p, required=False)
     p.add_argument(
         "--engine",
@@ -78,7 +83,12 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         help="the served model's vocabulary for a remote engine (default: qwen2.5 for the "
         "default model, else the --model path)",
     )
-    p.add_argument("--n-ctx", type=int, help="context length (default: the model's, max 4096)")
+    p.add_argument(
+        "--n-ctx",
+        type=int,
+        help="context length (default: the model's, at most 4096, for a GGUF run here; what "
+        "a remote engine reports, e.g. vLLM's max_model_len)",
+    )
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -83,7 +83,7 @@ def cmd_store(args: argparse.Namespace) -> int:
             f"({known}); use the chatfmt that wrote it"
         )
     if args.action == "info":
-        _print_info(read_info(path))
+        _print_info(read_info(location))
         return 0
     limits: dict[str, float | None] = {"max_age_days": None, "max_mb": None}
     if args.action == "prune":

@@ -33,6 +33,7 @@ retried (the tokens were delivered): it raises :class:`EngineError`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Literal
 
@@ -42,6 +43,9 @@ from ..grammar import Grammar
 from ..tokenizers.base import Piece, Tokenizer
 from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams, merge_chunks
 from .http import EngineHTTP
+
+#: How long a health check waits for the engine's model list.
+HEALTH_S = 3.0
 
 Flavor = Literal["vllm", "llama.cpp", "llama-cpp-python", "openai"]
 PromptMode = Literal["ids", "text"]
@@ -161,9 +165,12 @@ class RemoteEngine(Engine):
             self._context_length = max_len
 
     async def health(self) -> bool:
+        """Whether the engine answers ``GET /v1/models`` within :data:`HEALTH_S`: an engine that
+        accepts connections and hangs is unhealthy at once, so ``/health`` answers 503 in time
+        for a liveness probe instead of timing it out (which would restart the replica)."""
         try:
-            await self._http.get_json("/v1/models", retry=False)
-        except EngineError:
+            await asyncio.wait_for(self._http.get_json("/v1/models", retry=False), HEALTH_S)
+        except (EngineError, asyncio.TimeoutError):
             return False
         return True
 
