@@ -291,25 +291,43 @@ def reader_floor(args: argparse.Namespace) -> float:
         engine.wait(30)
 
 
-def pipeline_floor(args: argparse.Namespace) -> float:
+def pipeline_floor(args: argparse.Namespace, kind: str) -> float:
     """CPU µs per token of the relay's in-process part alone: a scripted engine's ids through
-    the chat service's decode, parse, call policy and framing, no sockets."""
+    the chat (or Responses) service's decode, parse, call policy and framing, no sockets."""
     import chatfmt
     from chatfmt.engines.fake import FakeEngine
     from chatfmt.server.chat.schemas import ChatCompletionRequest
     from chatfmt.server.chat.service import ChatService
+    from chatfmt.server.responses.input import ResponsesRequest
+    from chatfmt.server.responses.routes import _stream
+    from chatfmt.server.responses.service import ResponsesService
 
     tok = chatfmt.load_tokenizer("qwen2.5")
     ids = tok.encode_text(TEXT * (args.tokens // 20 + 1))[: args.tokens]
     service = ChatService(FakeEngine(tok, [ids]), chatfmt.get_dialect("qwen2.5"), model_name="m")
-    body = {"model": "m", "messages": [{"role": "user", "content": "Tell me about the river."}]}
-    req = ChatCompletionRequest.model_validate({**body, "stream": True, "max_tokens": args.tokens})
+    responses = ResponsesService(service, None)
+    say = "Tell me about the river."
+    chat = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": say}], "stream": True,
+         "max_tokens": args.tokens}
+    )  # fmt: skip
+    respond = ResponsesRequest.model_validate(
+        {"model": "m", "input": say, "stream": True, "max_output_tokens": args.tokens,
+         "store": False}
+    )  # fmt: skip
 
     async def run(times: int) -> None:
         for _ in range(times):
-            prep = service.prepare(req)
-            driver, _ = service.driver(prep)
-            async for _frame in service.sse(prep, driver):
+            if kind == "chat":
+                prep = service.prepare(chat)
+                driver, _ = service.driver(prep)
+                frames = service.sse(prep, driver)
+            else:
+                ex = await responses.prepare(respond, "")
+                driver, _ = service.driver(ex.prep)
+                await driver.open()
+                frames = _stream(responses, ex, driver)
+            async for _frame in frames:
                 pass
 
     asyncio.run(run(2))  # warm-up
@@ -348,8 +366,8 @@ def main() -> None:
     if args.floor:
         print(
             f"reading the engine's streams alone: {reader_floor(args):.1f} µs CPU per token; "
-            f"the in-process part (decode, parse, policy, framing): {pipeline_floor(args):.1f} "
-            "µs per token",
+            "the in-process part (decode, parse, policy, framing), per token: "
+            + ", ".join(f"{kind} {pipeline_floor(args, kind):.1f} µs" for kind in kinds),
             flush=True,
         )
     interval = args.stream_interval
