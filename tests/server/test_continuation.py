@@ -272,3 +272,28 @@ async def test_a_control_token_the_model_wrote_as_text_does_not_become_a_turn(
     )
     assert engine.prompts[-1] == rendered.ids  # the typed-out token is text, as rendered
     assert counted(await metrics(app), "rendered") == 1
+
+
+async def test_a_store_that_fails_is_a_503_that_says_so(qwen: Tokenizer) -> None:
+    """The database down (here: every read refused): a continuation and a stored response's
+    read answer 503 naming the store, not a 500 of chatfmt's; a new response is still given."""
+    from chatfmt.errors import StoreError
+
+    class DownStore(ResponseStore):
+        def chain(self, owner: str, response_id: str) -> Any:
+            raise StoreError("the response store postgresql://db failed: connection refused")
+
+        get = chain  # type: ignore[assignment]
+
+    app, _ = make_app(qwen, DownStore(":memory:"))
+    c = client(app)
+    first = await c.responses.create(model="m", input="hi")
+    assert first.output_text == "Hello there!"
+    for ask in (
+        c.responses.create(model="m", input="again", previous_response_id=first.id),
+        c.responses.retrieve(first.id),
+    ):
+        with pytest.raises(openai.APIStatusError) as caught:
+            await ask
+        assert caught.value.status_code == 503
+        assert "response store postgresql://db failed" in caught.value.message

@@ -11,6 +11,7 @@ from starlette.routing import Match
 
 from ..dialects.base import Dialect
 from ..engines.base import Engine
+from ..errors import StoreError
 from ..store import AsyncStore, Storage
 from .chat.routes import build_router
 from .chat.schemas import ChatCompletionChunk, ChatCompletionRequest
@@ -115,6 +116,15 @@ def create_app(
             headers["Allow"] = ", ".join(allowed_methods(request))
         error = ApiError(exc.status_code, str(exc.detail), type=kind, headers=headers)
         return error_response(error)
+
+    @app.exception_handler(StoreError)
+    async def _store_error(_request: Request, exc: StoreError) -> Response:
+        # The database is down or refused (the routes handle a full store and a broken chain
+        # themselves): a 503 that says so, not an internal error of chatfmt's.
+        log.warning("the response store failed: %s", exc)
+        return error_response(
+            ApiError(503, f"{exc}; retry later", type="server_error", code="store_unavailable")
+        )
 
     @app.exception_handler(Exception)
     async def _internal_error(_request: Request, exc: Exception) -> Response:
