@@ -166,8 +166,8 @@ class RemoteEngine(Engine):
 
     async def health(self) -> bool:
         """Whether the engine answers ``GET /v1/models`` within :data:`HEALTH_S`: an engine that
-        accepts connections and hangs is unhealthy at once, so ``/health`` answers 503 in time
-        for a liveness probe instead of timing it out (which would restart the replica)."""
+        accepts connections and hangs is unhealthy after that, so ``/health`` answers 503 in
+        time for a liveness probe instead of timing it out (which would restart the replica)."""
         try:
             await asyncio.wait_for(self._http.get_json("/v1/models", retry=False), HEALTH_S)
         except (EngineError, asyncio.TimeoutError):
