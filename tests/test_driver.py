@@ -96,6 +96,26 @@ def test_closing_chunk_is_read_after_a_stop_token(qwen) -> None:  # type: ignore
     assert driver.produced == _CachingEngine(qwen).reply_ids("Hi<|im_end|>")
 
 
+class _BrokenAfterStopEngine(FakeEngine):
+    """The reply and its stop token in one chunk, then the stream fails (the connection broke,
+    or the engine ended without its closing chunk)."""
+
+    async def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        yield GenerationChunk(tuple(self.reply_ids("Hello there<|im_end|>")))
+        raise EngineError("the connection to the engine broke mid-stream")
+
+
+def test_a_failure_after_the_stop_token_keeps_the_whole_reply(qwen) -> None:  # type: ignore[no-untyped-def]
+    """The closing chunk only reports the cached tokens: losing it ends the turn normally."""
+    driver = _driver(_BrokenAfterStopEngine(qwen))
+    events = asyncio.run(_events(driver))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hello there"
+    assert events[-1] == Finish("stop") and driver.cached_tokens is None
+    assert driver.produced == _BrokenAfterStopEngine(qwen).reply_ids("Hello there<|im_end|>")
+
+
 def test_engine_down_fails_in_open(qwen) -> None:  # type: ignore[no-untyped-def]
     engine = FakeEngine(qwen, ["Hello<|im_end|>"], fail_after=0)
     driver = _driver(engine)

@@ -16,12 +16,14 @@ between them is what they make of the events; what is the same is written once h
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 
 import anyio
 
 from .decoding import TurnDecoder
 from .engines.base import Engine, GenerationChunk, SamplingParams
+from .errors import EngineError
 from .events import Event, Finish, FinishReason, ParseResult
 from .tokenizers.base import Piece
 
@@ -29,6 +31,8 @@ from .tokenizers.base import Piece
 #: stops at that token too, so its next chunk closes the stream; one that goes on generating
 #: is not waited for.
 _TAIL_CHUNKS = 4
+
+log = logging.getLogger("chatfmt.engine")
 
 EventFilter = Callable[[list[Event]], list[Event]]
 
@@ -171,6 +175,12 @@ class TurnDriver:
             try:
                 chunk = await stream.__anext__()
             except StopAsyncIteration:
+                self._exhausted = True
+                return
+            except EngineError as exc:
+                # The reply is whole (its stop token came): only the engine's closing report
+                # is lost, so the turn ends normally, without a cached-token count.
+                log.info("the engine's stream failed after the reply ended: %s", exc)
                 self._exhausted = True
                 return
             if chunk.cached_tokens is not None:

@@ -67,15 +67,21 @@ def test_ids_in_ids_out(default_model_path: Path, binary: Path) -> None:
 
 
 def test_stop_strings_and_length(default_model_path: Path, binary: Path) -> None:
+    """Stop strings end the reply where its decoder finds them (llama-server is not sent them:
+    the text it would hold back is what restores the ids it leaves out)."""
+    from chatfmt.decoding import TurnDecoder
+    from chatfmt.driver import TurnDriver
+
     async def body(engine: Any) -> None:
         ids = prompt(engine, "Count from 1 to 20, separated by commas.")
         full = await engine.generate(ids, SamplingParams(max_tokens=40, temperature=0))
         assert "5" in full.text
-        cut = await engine.generate(
-            ids, SamplingParams(max_tokens=40, temperature=0, stop_strings=("5",))
-        )
-        assert cut.finish_reason == "stop" and "5" not in cut.text
-        assert full.text.startswith(cut.text)
+        params = SamplingParams(max_tokens=40, temperature=0, stop_strings=("5",))
+        decoder = TurnDecoder(get_dialect("qwen2.5"), engine.tokenizer, stop_strings=("5",))
+        driver = TurnDriver(engine, decoder, ids, params)
+        cut = (await driver.run()).content or ""
+        assert driver.finish_reason == "stop" and "5" not in cut
+        assert full.text.startswith(cut) and len(cut) > 5
         short = await engine.generate(ids, SamplingParams(max_tokens=3, temperature=0))
         assert short.finish_reason == "length" and len(short.token_ids) == 3
 

@@ -397,7 +397,8 @@ def test_grammars_go_in_each_servers_own_fields(qwen) -> None:
 def test_answers_come_uncompressed_and_odd_json_is_read(qwen) -> None:
     """A proxy that compresses when asked gets no such request; a seed past 64 bits is sent as
     it is; an event with a lone surrogate escape (which JSON allows) is read; and the tokens
-    that came before an error event in the same read are delivered before the error."""
+    that came before an error event, or an event that is not JSON, in the same read are
+    delivered before the error."""
     import gzip
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -414,6 +415,9 @@ def test_answers_come_uncompressed_and_odd_json_is_read(qwen) -> None:
             return httpx.Response(
                 200, content=sse(choice("ab", token_ids=[370]), {"error": {"message": "boom"}})
             )
+        if body["max_tokens"] == 8:  # tokens, then an event that is not JSON, in one write
+            tokens = sse(choice("ab", token_ids=[370]), done=False)
+            return httpx.Response(200, content=tokens + b"data: {not json\n\n")
         odd = b'data: {"choices": [{"index": 0, "text": "x\\ud83d", "finish_reason": "stop"}]}'
         return httpx.Response(200, content=odd + b"\n\ndata: [DONE]\n\n")
 
@@ -425,14 +429,16 @@ def test_answers_come_uncompressed_and_odd_json_is_read(qwen) -> None:
     assert bodies[-1]["seed"] == 2**70
     assert gen.text.startswith("x") and gen.finish_reason == "stop"
 
-    async def until_error() -> list[Any]:
+    async def until_error(max_tokens: int, error: str) -> list[Any]:
         got: list[Any] = []
-        with pytest.raises(EngineError, match="boom"):
-            async for chunk in eng.stream([1, 2], SamplingParams(max_tokens=7)):
+        with pytest.raises(EngineError, match=error):
+            async for chunk in eng.stream([1, 2], SamplingParams(max_tokens=max_tokens)):
                 got.append(chunk)
         return got
 
-    delivered = asyncio.run(until_error())
+    delivered = asyncio.run(until_error(7, "boom"))
+    assert [c.token_ids for c in delivered] == [(370,)]
+    delivered = asyncio.run(until_error(8, "malformed event: {not json"))
     assert [c.token_ids for c in delivered] == [(370,)]
 
 

@@ -70,14 +70,18 @@ def test_ids_in_ids_out_with_the_stop_token(url: str) -> None:
 
 
 def test_stop_strings_and_length(url: str) -> None:
+    """A stop string ends the reply where the decoder finds it (vLLM is also sent it and
+    stops there; llama-server is not: see chatfmt.engines.remote)."""
+    from chatfmt.decoding import TurnDecoder
+    from chatfmt.driver import TurnDriver
+
     async def body(engine: Any) -> None:
         ids = prompt(engine, "Count from 1 to 20, separated by commas.")
-        cut = await engine.generate(
-            ids, SamplingParams(max_tokens=60, temperature=0, stop_strings=("7",))
-        )
-        # The server stops there and leaves the stop string out of its text (the ids may
-        # still hold the token it was in: chatfmt's decoder applies stop strings to the text).
-        assert cut.finish_reason == "stop" and "6" in cut.text and "7" not in cut.text
+        params = SamplingParams(max_tokens=60, temperature=0, stop_strings=("7",))
+        decoder = TurnDecoder(get_dialect("qwen2.5"), engine.tokenizer, stop_strings=("7",))
+        driver = TurnDriver(engine, decoder, ids, params)
+        cut = (await driver.run()).content or ""
+        assert driver.finish_reason == "stop" and "6" in cut and "7" not in cut
         short = await engine.generate(ids, SamplingParams(max_tokens=3, temperature=0))
         assert short.finish_reason == "length" and len(short.token_ids) == 3
 

@@ -27,3 +27,14 @@ def test_directory_and_bad_file(tmp_path, qwen_tokenizer_json) -> None:  # type:
     bad.write_text(json.dumps({"model": "nonsense"}))
     with pytest.raises(TokenizerError, match=r"cannot load tokenizer\.json"):
         HFTokenizer(tmp_path)
+
+
+def test_split_bytes_finds_the_ids_a_stream_left_out(qwen_tokenizer_json, qwen) -> None:  # type: ignore[no-untyped-def]
+    """The bytes → id map built from the vocabulary agrees with tiktoken's ranks: a
+    character's first bytes are one token, found the same way in both."""
+    tok = HFTokenizer(qwen_tokenizer_json)
+    dragon = "龘".encode()
+    assert tok.split_bytes(dragon[:2], 1) == qwen.split_bytes(dragon[:2], 1) == (82912,)
+    assert tok.split_bytes(dragon, 2) == (82912, 246)  # the only way in two tokens
+    assert tok.split_bytes(b"\xe9", 2) is None  # fewer bytes than tokens
+    assert tok.split_bytes(b"x" * 65, 1) is None  # past the bound

@@ -37,9 +37,9 @@ class SamplingParams:
     """How to sample one completion.
 
     ``temperature == 0`` is greedy decoding. ``stop_ids`` end generation when produced (the id
-    is yielded, so a parser sees the stop token). ``stop_strings`` are passed to engines that
-    take them (remote servers); callers that need exact stop-string semantics apply them to
-    the text themselves, as the server does.
+    is yielded, so a parser sees the stop token). ``stop_strings`` are passed to remote servers
+    that take them (not llama-server: see :mod:`chatfmt.engines.remote`); callers that need
+    stop strings apply them to the text themselves, as the server's decoder does.
     """
 
     max_tokens: int = 256

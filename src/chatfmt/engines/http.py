@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from .._imports import require
@@ -179,11 +179,12 @@ class EngineHTTP:
             f"({describe(last)}); is the server running and the URL right?"
         )
 
-    async def events(self, resp: Any) -> AsyncIterator[list[Any]]:
+    async def events(self, resp: Any) -> AsyncGenerator[list[Any], None]:
         """The JSON of each ``data:`` event of ``resp``, a list per read (everything that had
         arrived), until ``[DONE]`` or the end of the stream; the response is then released.
 
-        A malformed event or a broken connection raises :class:`EngineError`.
+        A malformed event raises :class:`EngineError` once the events read before it are
+        handed over (they are the engine's output too); a broken connection raises it as well.
         """
         aiohttp = self._aiohttp
         pending = b""
@@ -199,6 +200,10 @@ class EngineHTTP:
             batch, _ = self._parse([pending])  # a last event without its newline
             if batch:
                 yield batch
+        except _Malformed as bad:
+            if bad.batch:  # the events before it in the same read are the engine's output
+                yield bad.batch
+            raise EngineError(f"the engine sent a malformed event: {bad.text}") from None
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise EngineError(
                 f"the connection to the engine at {self.base_url} broke mid-stream "
@@ -222,9 +227,17 @@ class EngineHTTP:
                 try:  # what orjson refuses and JSON allows: a lone surrogate escape, NaN
                     batch.append(json.loads(payload))
                 except ValueError:
-                    text = payload[:200].decode("utf-8", "replace")
-                    raise EngineError(f"the engine sent a malformed event: {text}") from None
+                    raise _Malformed(batch, payload[:200].decode("utf-8", "replace")) from None
         return batch, False
+
+
+class _Malformed(Exception):
+    """An event that is not JSON, with the events parsed before it in the same read."""
+
+    def __init__(self, batch: list[Any], text: str) -> None:
+        super().__init__(text)
+        self.batch = batch
+        self.text = text
 
 
 def _close_orphans(sessions: dict[int, tuple[asyncio.AbstractEventLoop, Any]]) -> None:

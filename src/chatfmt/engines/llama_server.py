@@ -221,7 +221,9 @@ class LlamaServerEngine(Engine):
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
             if not self._supervisor.ready:
-                await self._supervisor.start()
+                # While the model loads: the map that restores ids llama-server leaves out.
+                index = asyncio.to_thread(self._tokenizer.byte_index)
+                await asyncio.gather(self._supervisor.start(), index)
 
     # ==== Engine ====
 

@@ -23,7 +23,12 @@ typed by a user into a control token). What is sent, by server kind (detected on
 - **anything else**: ``prompt`` = the token ids and only standard fields; if the server
   rejects that with 400/422, the text fallback above is used.
 
-Stop strings are sent as ``stop``. When a server returns no token ids, the returned text is
+llama-server sends no event for a token that ends inside a UTF-8 character, so the event
+that completes the character lacks the ids before its own; :class:`NativeEvents` puts them
+back from its text (or, where they cannot be known, passes the event on as text). Stop strings
+are sent as ``stop``, except to llama-server: it holds back the text that could begin one,
+which that recovery needs, and the decoder that reads the stream applies them in any case.
+When a server returns no token ids, the returned text is
 split into control tokens and text and re-encoded with the engine's tokenizer, so ids (and
 ``completion_tokens``) are then the tokenizer's reading of the text, not necessarily the ids
 the model sampled. Connection failures before any token arrives are retried with exponential
@@ -35,6 +40,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from dataclasses import replace
 from typing import Any, Literal
 
 from ..decoding import ControlSplitter, split_controls
@@ -140,6 +147,8 @@ class RemoteEngine(Engine):
                     self._context_length = n_ctx
             except EngineError:
                 pass  # /props is optional; keep the default
+        if self._flavor == "llama.cpp":  # the map that restores the ids it leaves out
+            await asyncio.to_thread(self._tokenizer.byte_index)
         self._detected = True
 
     def _detect(self, data: Any) -> None:
@@ -189,7 +198,10 @@ class RemoteEngine(Engine):
         }
         if params.seed is not None:
             body["seed"] = params.seed
-        if params.stop_strings:
+        if params.stop_strings and self._flavor != "llama.cpp":
+            # llama-server holds back the text that could start a stop string, and that
+            # text is what restores the ids it leaves out (NativeEvents); the decoder that
+            # reads the stream applies the stop strings, as it does for the local engine.
             body["stop"] = list(params.stop_strings)
         if self._prompt_mode == "text":
             body["prompt"] = self._prompt_text(prompt)
@@ -267,18 +279,23 @@ class RemoteEngine(Engine):
             # The server rejected a token-id prompt: fall back to a verified text prompt.
             self._prompt_mode = "text"
             resp = await self._http.open(self._path(), self._body(prompt, params, budget))
-        async for chunk in self._read(resp):
-            yield chunk
+        # Closed with this generator, not later by the garbage collector: the connection is
+        # released (and the engine stops) before a shielded close returns.
+        async with aclosing(self._read(resp)) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def _read(self, resp: Any) -> AsyncGenerator[GenerationChunk, None]:
         splitter = ControlSplitter(self._output_controls)
+        native = NativeEvents(self._tokenizer)
         finished = False
         interval = self._interval
         first = True
         chunks: list[GenerationChunk] = []  # read, not yet handed on
         held = 0  # their tokens
+        batches = self._http.events(resp)
         try:
-            async for batch in self._http.events(resp):
+            async for batch in batches:
                 for data in batch:
                     if not isinstance(data, dict):
                         continue
@@ -288,7 +305,7 @@ class RemoteEngine(Engine):
                             yield done
                         message = _error_text(data["error"])
                         raise EngineError(f"the engine reported an error: {message}")
-                    chunk = self._chunk(data, splitter)
+                    chunk = self._chunk(data, splitter, native)
                     if chunk is not None:
                         chunks.append(chunk)
                         held += len(chunk.token_ids)
@@ -305,6 +322,8 @@ class RemoteEngine(Engine):
             for chunk in merge_chunks(held_back):  # a broken stream: what was read is given
                 yield chunk
             raise
+        finally:
+            await batches.aclose()
         for chunk in merge_chunks(chunks):  # a stream that ended without finishing
             yield chunk
         if not finished:
@@ -312,9 +331,11 @@ class RemoteEngine(Engine):
                 f"the engine at {self.base_url} ended the stream without a finish reason"
             )
 
-    def _chunk(self, data: dict[str, Any], splitter: ControlSplitter) -> GenerationChunk | None:
+    def _chunk(
+        self, data: dict[str, Any], splitter: ControlSplitter, native: NativeEvents
+    ) -> GenerationChunk | None:
         if "choices" not in data and "stop" in data:
-            return _native_chunk(data)
+            return native.chunk(data)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
             return None
@@ -357,6 +378,91 @@ def _grammar_fields(grammar: Grammar, flavor: Flavor | None) -> dict[str, Any]:
         # Sampled as tokens, matched by their text; a single-token trigger must be one.
         fields["preserved_tokens"] = list(grammar.preserved)
     return fields
+
+
+class NativeEvents:
+    """llama-server's ``/completion`` events of one stream as chunks, with the ids it leaves
+    out put back.
+
+    llama-server sends no event for a token that ends inside a UTF-8 character: the event of
+    the token that completes it has only its own id in ``tokens``, while its ``content`` holds
+    the whole character and ``tokens_predicted`` counts every token. The ids left out are the
+    tokens whose bytes are that content before the event's own token, when those bytes are
+    that many vocabulary tokens in exactly one way (:meth:`Tokenizer.split_bytes`).
+    Otherwise the event goes on as its text (``exact_ids`` false): the reply's text stays
+    right, and only its exact ids (and one token of its count) are lost.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._predicted = 0  # tokens the engine counted up to the last event
+
+    def chunk(self, data: dict[str, Any]) -> GenerationChunk | None:
+        chunk = _native_chunk(data)
+        predicted = data.get("tokens_predicted")
+        if type(predicted) is not int:  # a server that does not count: nothing to check
+            return chunk
+        ids = chunk.token_ids if chunk is not None else ()
+        missing = predicted - self._predicted - len(ids)
+        self._predicted = predicted
+        if missing <= 0:
+            return chunk
+        if chunk is None:  # the missing ids and no text: only their exactness goes on
+            return GenerationChunk((), exact_ids=False)
+        found = self._recover(chunk, missing)
+        if found is not None:
+            return replace(chunk, token_ids=found + ids)
+        text = chunk.text or ""
+        for token in ids:  # a control token's text (an empty content) for the text decoder
+            name = self._tokenizer.control_name(token)
+            if name is not None and not text.endswith(name):
+                text += name
+        return replace(chunk, text=text or None, exact_ids=False)
+
+    def _recover(self, chunk: GenerationChunk, missing: int) -> tuple[int, ...] | None:
+        """The ids of the ``missing`` tokens before the chunk's own, from its content."""
+        if len(chunk.token_ids) > 1:  # llama-server sends one token an event
+            return None
+        text = chunk.text or ""
+        if "\ufffd" in text:  # llama-server's stand-in for bytes that are not UTF-8: unknown
+            return None
+        tok = self._tokenizer
+        content = text.encode("utf-8", "surrogatepass")
+        own = b""
+        if chunk.token_ids:
+            name = tok.control_name(chunk.token_ids[0])
+            if name is None:
+                own = tok.token_bytes(chunk.token_ids[0])
+            elif content.endswith(name.encode()):  # a control shown as text (user-defined)
+                own = name.encode()
+        if not content.endswith(own):
+            return None
+        gap = content[: len(content) - len(own)]
+        ids = tok.split_bytes(gap, missing)
+        if ids is None:
+            return None
+        # Each of them must have left the text inside a character, or the server would have
+        # sent an event for it: a split that does not is not what the model wrote.
+        end = 0
+        for token in ids:
+            end += len(tok.token_bytes(token))
+            if not _ends_inside_character(gap[:end]):
+                return None
+        return ids
+
+
+def _ends_inside_character(data: bytes) -> bool:
+    """Whether the last bytes of ``data`` hold the start of a UTF-8 character without all of
+    its bytes: the test llama-server makes before it sends an event."""
+    for back in range(1, min(len(data), 4) + 1):
+        byte = data[-back]
+        if (
+            (byte & 0xE0 == 0xC0 and back < 2)
+            or (byte & 0xF0 == 0xE0 and back < 3)
+            or (byte & 0xF8 == 0xF0 and back < 4)
+        ):
+            return True
+    return False
 
 
 def _native_chunk(data: dict[str, Any]) -> GenerationChunk | None:

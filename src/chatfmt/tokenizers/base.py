@@ -18,6 +18,10 @@ from ..segments import Control
 Piece = str | Control
 """What a decoder yields: text, or a control token the model produced."""
 
+#: Bounds of :meth:`Tokenizer.split_bytes` (a few tokens that end inside one character).
+MAX_SPLIT_TOKENS = 4
+MAX_SPLIT_BYTES = 64
+
 
 class SpecialTokenPolicy(Enum):
     """What :meth:`Tokenizer.decode` does with control ids."""
@@ -125,6 +129,58 @@ class Tokenizer(ABC):
     def count_text(self, text: str) -> int:
         """Number of tokens of ``text`` encoded as ordinary text."""
         return len(self.encode_text(text))
+
+    def split_bytes(self, data: bytes, count: int) -> tuple[int, ...] | None:
+        """The ``count`` ordinary tokens whose bytes make up ``data``, if there is exactly one
+        such sequence; ``None`` if there is none or several (the ids are then not known), or
+        if ``data`` is longer than :data:`MAX_SPLIT_BYTES` or ``count`` over
+        :data:`MAX_SPLIT_TOKENS`.
+
+        This recovers ids an engine left out of its stream from the text it did send (see
+        :mod:`chatfmt.engines.remote`). The first call maps the vocabulary's bytes to ids.
+        """
+        n = len(data)
+        if not 1 <= count <= min(n, MAX_SPLIT_TOKENS) or n > MAX_SPLIT_BYTES:
+            return None
+        ids_of = self.byte_index()
+        # ways[k][i]: in how many ways data[i:] is k tokens (2 stands for "several").
+        ways = [[0] * (n + 1) for _ in range(count + 1)]
+        ways[0][n] = 1
+        for k in range(1, count + 1):
+            for i in range(n - 1, -1, -1):
+                total = 0
+                for j in range(i + 1, n + 1):
+                    if ways[k - 1][j] and ids_of.get(data[i:j], -1) >= 0:
+                        total += ways[k - 1][j]
+                ways[k][i] = min(total, 2)
+        if ways[count][0] != 1:
+            return None
+        ids: list[int] = []
+        i = 0
+        for k in range(count, 0, -1):  # the one path: the first piece that leads to an end
+            j = next(
+                j for j in range(i + 1, n + 1) if ways[k - 1][j] and ids_of.get(data[i:j], -1) >= 0
+            )
+            ids.append(ids_of[data[i:j]])
+            i = j
+        return tuple(ids)
+
+    def byte_index(self) -> Mapping[bytes, int]:
+        """Each ordinary token's bytes → its id (-1 where several ids share them), as
+        :meth:`split_bytes` reads it. Built on the first call: up to a second for a large
+        vocabulary read through its library, so an engine that may need it builds it off the
+        event loop when it connects."""
+        cache: dict[bytes, int] | None = self.__dict__.get("_byte_index_cache")
+        if cache is None:
+            cache = {}
+            controls = self._control_names
+            for token_id in range(self.vocab_size):
+                if token_id not in controls:
+                    data = self.token_bytes(token_id)
+                    if data:
+                        cache[data] = -1 if data in cache else token_id
+            self.__dict__["_byte_index_cache"] = cache
+        return cache
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

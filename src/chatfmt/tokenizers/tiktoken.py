@@ -112,6 +112,11 @@ class TiktokenTokenizer(Tokenizer):
             special_tokens=self._controls,
         )
         self._vocab_size = vocab_size or self._enc.n_vocab
+        self._ranks = mergeable_ranks  # tiktoken holds the same dict: no copy
+
+    def byte_index(self) -> Mapping[bytes, int]:
+        # A BPE rank is the token's id, one per byte string: the map exists already.
+        return self._ranks
 
     @property
     def controls(self) -> Mapping[str, int]:
