@@ -31,6 +31,8 @@ from .tokenizers.base import Piece
 #: stops at that token too, so its next chunk closes the stream; one that goes on generating
 #: is not waited for.
 _TAIL_CHUNKS = 4
+#: How a turn ends when the engine itself has stopped.
+_ENGINE_ENDED = frozenset({"control", "end", "length"})
 
 log = logging.getLogger("chatfmt.engine")
 
@@ -166,10 +168,12 @@ class TurnDriver:
         return events
 
     async def _read_tail(self) -> None:
-        """After a reply that ended at a stop token, the engine's closing chunk: it carries
-        what the engine reports of the whole request (the cached prompt tokens)."""
+        """After a reply that the engine ended (a stop token, its finish), its closing chunks:
+        they carry what the engine reports of the whole request (the cached prompt tokens:
+        llama-server's last event, vLLM's usage chunk). Not after a stop string or the parser
+        ended the turn: the engine may still be generating then."""
         stream = self._stream
-        if self.decoder.stopped_by != "control" or stream is None or self._exhausted:
+        if self.decoder.stopped_by not in _ENGINE_ENDED or stream is None or self._exhausted:
             return
         for _ in range(_TAIL_CHUNKS):
             try:

@@ -147,6 +147,29 @@ def test_vllm_gets_ids_and_returns_ids(qwen) -> None:
     assert body["model"] == "served" and body["max_tokens"] == 10 and body["stream"] is True
 
 
+@pytest.mark.parametrize("finish", ["stop", "length"])
+def test_vllm_reports_the_cached_prompt_tokens_in_its_usage_chunk(qwen, finish: str) -> None:
+    """vLLM is asked for its usage chunk (choices empty, after the finish), which holds the
+    prompt tokens it took from its cache; the driver reads it after a reply the engine ended
+    (at a stop token, or at the length limit)."""
+    from chatfmt.decoding import TurnDecoder
+    from chatfmt.driver import TurnDriver
+
+    hello = qwen.encode_text("Hello")
+    last = [IM_END] if finish == "stop" else []
+    usage = {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11,
+             "prompt_tokens_details": {"cached_tokens": 5}}  # fmt: skip
+    events = sse(choice("Hello", token_ids=hello), choice("", finish, token_ids=last),
+                 {"choices": [], "usage": usage})  # fmt: skip
+    srv = Server("vllm", lambda body: httpx.Response(200, content=events))
+    eng = engine(qwen, srv)
+    params = SamplingParams(max_tokens=10, temperature=0, stop_ids=(IM_END,))
+    driver = TurnDriver(eng, TurnDecoder(get_dialect("qwen2.5"), qwen), prompt_of(qwen), params)
+    assert asyncio.run(driver.run()).content == "Hello"
+    assert driver.cached_tokens == 5 and driver.finish_reason == finish
+    assert srv.bodies[0]["stream_options"] == {"include_usage": True}
+
+
 def native(content: str, tokens: list[int], stop_type: str | None = None) -> dict[str, Any]:
     """A chunk of llama-server's own /completion stream, as it sends them."""
     chunk: dict[str, Any] = {"index": 0, "content": content, "tokens": tokens}

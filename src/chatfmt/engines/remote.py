@@ -7,7 +7,9 @@ typed by a user into a control token). What is sent, by server kind (detected on
 
 - **vLLM**: ``prompt`` = the token ids; ``stop_token_ids`` = the dialect's stop ids;
   ``skip_special_tokens: false`` (control tokens come back as text); ``return_token_ids:
-  true`` (each chunk carries its ``token_ids``). ``max_model_len`` gives the context length.
+  true`` (each chunk carries its ``token_ids``); ``stream_options: {include_usage: true}`` (its
+  last chunk reports the prompt tokens it took from its cache). ``max_model_len`` gives the
+  context length.
 - **llama.cpp server** (``llama-server``): its native ``POST /completion``, because only that
   endpoint returns each chunk's token ids (``return_tokens: true``), the end-of-generation
   token included; ``prompt`` = the token ids, ``n_predict`` = the budget, ``cache_prompt:
@@ -212,6 +214,9 @@ class RemoteEngine(Engine):
             body["skip_special_tokens"] = False
             body["spaces_between_special_tokens"] = False
             body["return_token_ids"] = True
+            # The usage chunk at the end carries the prompt tokens it took from its cache
+            # (with --enable-prompt-tokens-details).
+            body["stream_options"] = {"include_usage": True}
         elif self._flavor in ("llama.cpp", "llama-cpp-python"):
             # Their defaults add top-k 40, min-p 0.05 and a repeat penalty; OpenAI has none.
             # Greedy decoding keeps the top token whatever top-k is; with top-k 0 llama.cpp's
@@ -337,8 +342,9 @@ class RemoteEngine(Engine):
         if "choices" not in data and "stop" in data:
             return native.chunk(data)
         choices = data.get("choices")
-        if not isinstance(choices, list) or not choices:
-            return None
+        if not isinstance(choices, list) or not choices:  # a usage chunk, or nothing to read
+            cached = _cached_tokens(data)
+            return None if cached is None else GenerationChunk((), cached_tokens=cached)
         choice = choices[0]
         if not isinstance(choice, dict):
             return None
