@@ -130,6 +130,14 @@ def test_tokens_left_out_at_the_end_make_the_ids_inexact(qwen) -> None:
     assert chunks[-1].finish_reason == "length" and not chunks[-1].exact_ids
 
 
+def test_a_count_that_runs_ahead_of_the_events_makes_the_ids_inexact(qwen) -> None:
+    # A server that counted a whole batch of tokens before sending their events (not the
+    # pinned llama-server): the ids put back at the first may be wrong, and the event that
+    # shows more ids than counted marks the reply's ids as not known.
+    chunks = read(qwen, [event("龘", [246], 3), event("x", qwen.encode_text("x"), 3)])
+    assert not chunks[1].exact_ids and chunks[1].text == "x"
+
+
 def test_servers_that_do_not_count_are_read_as_before(qwen) -> None:
     plain = [{"content": "Hi", "tokens": [HI], "stop": False},
              {"content": "", "tokens": [], "stop": True, "stop_type": "eos"}]  # fmt: skip

@@ -411,13 +411,16 @@ class NativeEvents:
         ids = chunk.token_ids if chunk is not None else ()
         missing = predicted - self._predicted - len(ids)
         self._predicted = predicted
-        if missing <= 0:
+        if missing == 0:
             return chunk
         if chunk is None:  # the missing ids and no text: only their exactness goes on
             return GenerationChunk((), exact_ids=False)
-        found = self._recover(chunk, missing)
-        if found is not None:
-            return replace(chunk, token_ids=found + ids)
+        if missing > 0:
+            found = self._recover(chunk, missing)
+            if found is not None:
+                return replace(chunk, token_ids=found + ids)
+        # Ids that cannot be known; or more ids than counted, from a server that counts ahead
+        # of its events (then earlier ids put back may be wrong: this drops the reply's ids).
         text = chunk.text or ""
         for token in ids:  # a control token's text (an empty content) for the text decoder
             name = self._tokenizer.control_name(token)
