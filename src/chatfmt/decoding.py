@@ -8,18 +8,18 @@ as text chunks, or parsed whole gives the same message::
                                ├─ pieces ─ stop ids / stop controls ─ stop strings ─ parser ─ events
     text ─ ControlSplitter ────┘
 
-The "this text might be the start of a marker" hold-back that every stage needs lives here
-once, as :func:`held_suffix`.
+The "this text might be the start of a marker" hold-back that every stage needs is
+:func:`chatfmt.markup.held_suffix`, written once.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 from .events import Event, Finish, FinishReason, ParseResult
+from .markup import held_suffix, replace_lone_surrogates
 from .segments import Control
 from .tokenizers.base import Piece, Tokenizer
 
@@ -28,31 +28,6 @@ if TYPE_CHECKING:
     from .engines.base import GenerationChunk
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def held_suffix(text: str, markers: Iterable[str]) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``markers``.
-
-    That suffix must be held back by a streaming stage: the next chunk may complete the marker.
-    Costs O(longest marker), whatever the length of ``text``.
-    """
-    best = 0
-    n = len(text)
-    for marker in markers:
-        m = len(marker)
-        if m <= 1 or m - 1 <= best:
-            continue
-        start = text.find(marker[0], max(0, n - m + 1))
-        while start >= 0:
-            k = n - start
-            if k <= best:
-                break
-            if marker.startswith(text[start:]):
-                best = k
-                break
-            start = text.find(marker[0], start + 1)
-    return best
 
 
 class ControlSplitter:
@@ -255,9 +230,7 @@ class TurnDecoder:
             self._splitter = ControlSplitter(self.dialect.text_controls)
         if not text or self.done:
             return []
-        if _LONE_SURROGATE.search(text):
-            text = _LONE_SURROGATE.sub("\ufffd", text)
-        return self._pieces(self._splitter.feed(text))
+        return self._pieces(self._splitter.feed(replace_lone_surrogates(text)))
 
     def finish(self, reason: Literal["stop", "length"] = "stop") -> list[Event]:
         """The output ended (``length``: cut by max_tokens); flush and finish the parse."""

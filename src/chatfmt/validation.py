@@ -6,10 +6,13 @@ and the fix.
 
 from __future__ import annotations
 
-from typing import NoReturn
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NoReturn, Protocol
 
 from .errors import ValidationError
-from .messages import Conversation
+from .messages import Conversation, Message
 
 
 def check_not_empty(conv: Conversation) -> None:
@@ -97,3 +100,118 @@ def check_common(conv: Conversation, *, strict: bool = True) -> None:
     check_not_empty(conv)
     check_tool_calls_only_on_assistant(conv)
     check_tool_pairing(conv, strict=strict)
+
+
+# ==== Rules a dialect lists ====
+#
+# A dialect declares the per-message rules of its format (``Dialect.rules``) instead of writing
+# them out again: each is checked on every message of a strict validation, in the order listed.
+
+
+class MessageRule(Protocol):
+    """A per-message check: raises :class:`ValidationError` for a message the format cannot
+    write. ``dialect`` is the dialect's name, for the message."""
+
+    def __call__(self, dialect: str, index: int, message: Message) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NoMetadata:
+    """The format's headers have no place for ``metadata`` (ChatGLM3's header line): the
+    template would drop it, so it is refused rather than lost. ``hint`` ends the fix."""
+
+    hint: str = ""
+
+    def __call__(self, dialect: str, index: int, message: Message) -> None:
+        if message.metadata:
+            raise ValidationError(
+                f"the {dialect} format has no header metadata and would drop it; remove "
+                f"'metadata'{self.hint}",
+                index=index,
+                rule="metadata",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class CallNames:
+    """Each call's name must be writable in the format's call syntax: ``bad(name)`` says it
+    is not; with ``bad_key``, each argument name is checked too. ``holds`` says what breaks a
+    name and ``breaks`` what it would break, for the message."""
+
+    bad: Callable[[str], bool]
+    holds: str
+    breaks: str
+    bad_key: Callable[[str], bool] | None = None
+
+    def __call__(self, dialect: str, index: int, message: Message) -> None:
+        for call in message.tool_calls or ():
+            wrong = [call.name] if self.bad(call.name) else []
+            if self.bad_key is not None:
+                wrong += [k for k in call.arguments_dict() if self.bad_key(k)]
+            if wrong:
+                what = "tool call name" if self.bad_key is None else "tool call name or argument"
+                raise ValidationError(
+                    f"{what} {wrong[0]!r} is empty or holds {self.holds}, which break "
+                    f"{self.breaks}; use a plain identifier such as 'get_weather'",
+                    index=index,
+                    rule="tool-call-name",
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsContent:
+    """A message needs ``content`` (the template fails on a missing one, or prints "None"),
+    except an assistant message — with ``calls_only``, only one that calls tools."""
+
+    calls_only: bool = False
+
+    def __call__(self, dialect: str, index: int, message: Message) -> None:
+        if message.content is not None or (message.role == "assistant" and (
+            message.tool_calls or not self.calls_only
+        )):
+            return
+        raise ValidationError(
+            f"a {message.role} message needs content for the {dialect} template; set content "
+            'to a string (it may be "")',
+            index=index,
+            rule="content",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SystemOnlyFirst:
+    """The template writes a system message only as the first message."""
+
+    def __call__(self, dialect: str, index: int, message: Message) -> None:
+        if message.role == "system" and index:
+            raise ValidationError(
+                f"the {dialect} template takes a system message only at the beginning and drops "
+                "a system message that is not first; move it first or merge it into the first "
+                "one",
+                index=index,
+                rule="system-position",
+            )
+
+
+#: A name the templates paste between quotes: it must need no JSON escaping.
+JSON_BAD_NAME = re.compile(r'["\\\x00-\x1f]')
+
+
+def json_name_is_bad(name: str) -> bool:
+    """Whether a call name would need JSON escaping (or is empty)."""
+    return not name or JSON_BAD_NAME.search(name) is not None
+
+
+#: The call-name rule of formats that write the name as a JSON string.
+JSON_CALL_NAMES = CallNames(
+    json_name_is_bad, "quotes, backslashes or control characters", "the call's JSON"
+)
+
+
+def check_messages(dialect: str, conv: Conversation, rules: Sequence[MessageRule]) -> None:
+    """Every rule on every message, message by message."""
+    if not rules:
+        return
+    for i, m in enumerate(conv.messages):
+        for rule in rules:
+            rule(dialect, i, m)

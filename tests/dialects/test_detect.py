@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chatfmt.dialects import list_dialects
-from chatfmt.dialects.detect import ARCHITECTURE_DIALECTS, Detection, detect_dialect
+from chatfmt.dialects.detect import Detection, architecture_dialects, detect_dialect
 
 TESTS = Path(__file__).resolve().parent.parent
 REFERENCE = TESTS.parent.parent / "shared" / "reference"
@@ -305,7 +305,23 @@ def test_formats_written_here(template: str, expected: str | None) -> None:
 # ==== No template: the architecture, where it has one format ====
 
 
-@pytest.mark.parametrize(("architecture", "expected"), sorted(ARCHITECTURE_DIALECTS.items()))
+#: Architectures with one chat format, as the dialects declare them (``qwen2`` and ``gemma3``
+#: are what ``chatfmt serve`` went by before it read templates).
+ARCHITECTURES = {
+    "qwen2": "qwen2.5",
+    "gemma": "gemma3",
+    "gemma2": "gemma3",
+    "gemma3": "gemma3",
+    "gpt-oss": "harmony",
+    "llama4": "llama4",
+}
+
+
+def test_the_architectures_declared() -> None:
+    assert architecture_dialects() == ARCHITECTURES
+
+
+@pytest.mark.parametrize(("architecture", "expected"), sorted(ARCHITECTURES.items()))
 def test_an_architecture_with_one_format(architecture: str, expected: str) -> None:
     for template in (None, "", "  \n"):
         detection = detect_dialect(template, architecture)

@@ -20,6 +20,9 @@ from chatfmt.cli.main import build_parser, main
 from chatfmt.dialects import DialectPluginError, register_dialect
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "plugin"
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+)
 
 
 def _distribution(root: Path, entry_points: str) -> None:
@@ -109,3 +112,52 @@ def test_register_dialect_at_run_time(fresh_registry: None) -> None:
     register_dialect("not-a-dialect", lambda: object())  # type: ignore[arg-type,return-value]
     with pytest.raises(DialectPluginError, match="not a Dialect"):
         chatfmt.get_dialect("not-a-dialect")
+
+
+# ==== A plugin declares itself: detected from its template, trained by its own end rule ====
+
+
+def test_an_installed_plugin_is_detected_from_its_own_template(installed: None) -> None:
+    from chatfmt.dialects.detect import detect_dialect
+
+    template = (PLUGIN_DIR / "tiny_chat_template.jinja").read_text(encoding="utf-8")
+    detection = detect_dialect(template, None)
+    assert detection.name == "tiny", detection.message
+    assert "Tiny chat" in detection.reason
+    # Built-in formats are still theirs: the plugin's fingerprint does not fit them.
+    chatml = CHATML_TEMPLATE
+    assert detect_dialect(chatml, None).name == "chatml"
+
+
+def test_a_subclass_of_a_built_in_does_not_inherit_its_fingerprint(fresh_registry: None) -> None:
+    """A plugin built on a family's class is another format until it declares what its
+    template writes: it is never detected for the parent's models."""
+    from chatfmt.dialects.chatml import ChatML
+    from chatfmt.dialects.detect import detect_dialect
+
+    class Derived(ChatML):
+        name = "derived-chatml"
+
+    register_dialect("derived-chatml", Derived)
+    chatml = CHATML_TEMPLATE
+    detection = detect_dialect(chatml, None)
+    assert detection.name == "chatml"
+    assert "derived-chatml" not in detection.reason
+
+
+def test_a_plugin_is_trained_by_its_own_end_rule(installed: None) -> None:
+    from chatfmt.tokenizers import load_tokenizer
+    from chatfmt.training import IGNORE_INDEX, TrainingRenderer
+
+    tokenizer = load_tokenizer("qwen2.5")
+    dialect = chatfmt.get_dialect("tiny")
+    conv = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    example = TrainingRenderer(dialect, tokenizer).render(conv)
+    endoftext, im_end = tokenizer.control_id("<|endoftext|>"), tokenizer.control_id("<|im_end|>")
+    # The declared rule closes the reply with <|endoftext|>, trained; the generic rule (the
+    # last stop token) would have written <|im_end|>.
+    assert example.input_ids[-1] == endoftext and im_end not in example.input_ids
+    assert example.labels[-1] == endoftext
+    pairs = zip(example.input_ids, example.labels, strict=True)
+    trained = [t for t, label in pairs if label != IGNORE_INDEX]
+    assert tokenizer.decode(trained[:-1]).startswith("Hello")

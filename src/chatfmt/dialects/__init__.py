@@ -8,6 +8,7 @@ constructor taking no arguments and returning a :class:`Dialect`), loaded on the
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Callable
 from importlib import metadata
@@ -20,217 +21,58 @@ from .base import Dialect, StreamParser
 ENTRY_POINT_GROUP = "chatfmt.dialects"
 
 
-def _chatml() -> Dialect:
-    from .chatml import ChatML
-
-    return ChatML()
-
-
-def _qwen25() -> Dialect:
-    from .chatml import Qwen25
-
-    return Qwen25()
-
-
-def _qwen3() -> Dialect:
-    from .qwen3 import Qwen3
-
-    return Qwen3()
-
-
-def _qwq() -> Dialect:
-    from .qwen3 import QwQ
-
-    return QwQ()
-
-
-def _qwen3_coder() -> Dialect:
-    from .qwen3_coder import Qwen3Coder
-
-    return Qwen3Coder()
-
-
-def _qwen35() -> Dialect:
-    from .qwen3_coder import Qwen35
-
-    return Qwen35()
-
-
-def _deepseek_r1() -> Dialect:
-    from .deepseek import DeepSeekR1
-
-    return DeepSeekR1()
-
-
-def _deepseek_v31() -> Dialect:
-    from .deepseek import DeepSeekV31
-
-    return DeepSeekV31()
-
-
-def _deepseek_v32() -> Dialect:
-    from .deepseek_dsml import DeepSeekV32
-
-    return DeepSeekV32()
-
-
-def _deepseek_v4() -> Dialect:
-    from .deepseek_dsml import DeepSeekV4
-
-    return DeepSeekV4()
-
-
-def _chatglm3() -> Dialect:
-    from .chatglm3 import ChatGLM3
-
-    return ChatGLM3()
-
-
-def _glm4() -> Dialect:
-    from .glm4 import GLM4
-
-    return GLM4()
-
-
-def _glm46() -> Dialect:
-    from .glm45 import GLM46
-
-    return GLM46()
-
-
-def _glm47() -> Dialect:
-    from .glm45 import GLM47
-
-    return GLM47()
-
-
-def _kimi_k2() -> Dialect:
-    from .kimi import KimiK2
-
-    return KimiK2()
-
-
-def _kimi_k2_thinking() -> Dialect:
-    from .kimi import KimiK2Thinking
-
-    return KimiK2Thinking()
-
-
-def _llama4() -> Dialect:
-    from .llama4 import Llama4
-
-    return Llama4()
-
-
-def _llama3() -> Dialect:
-    from .llama3 import Llama3
-
-    return Llama3()
-
-
-def _mistral_v3() -> Dialect:
-    from .mistral import MistralV3
-
-    return MistralV3()
-
-
-def _mistral_v7() -> Dialect:
-    from .mistral import MistralV7
-
-    return MistralV7()
-
-
-def _mistral_v11() -> Dialect:
-    from .mistral_v11 import MistralV11
-
-    return MistralV11()
-
-
-def _gemma3() -> Dialect:
-    from .gemma3 import Gemma3
-
-    return Gemma3()
-
-
-def _gemma4() -> Dialect:
-    from .gemma4 import Gemma4
-
-    return Gemma4()
-
-
-def _granite4() -> Dialect:
-    from .granite import Granite4
-
-    return Granite4()
-
-
-def _granite41() -> Dialect:
-    from .granite import Granite41
-
-    return Granite41()
-
-
-def _magistral() -> Dialect:
-    from .magistral import Magistral
-
-    return Magistral()
-
-
-def _minimax_m2() -> Dialect:
-    from .minimax import MiniMaxM2
-
-    return MiniMaxM2()
-
-
-def _nemotron3() -> Dialect:
-    from .nemotron import Nemotron3
-
-    return Nemotron3()
-
-
-def _nemotron_nano2() -> Dialect:
-    from .nemotron import NemotronNano2
-
-    return NemotronNano2()
-
-
-def _harmony() -> Dialect:
-    from .harmony import Harmony
-
-    return Harmony()
-
-
+#: The built-in dialects: name → ``module:Class`` in this package, imported on first use so that
+#: ``import chatfmt`` stays light. Everything else a dialect is (its detection fingerprint,
+#: training end rule, validation rules, reasoning mode) it declares itself.
+BUILT_IN: dict[str, str] = {
+    "chatml": "chatml:ChatML",
+    "qwen2.5": "chatml:Qwen25",
+    "qwen3": "qwen3:Qwen3",
+    "qwq": "qwen3:QwQ",
+    "qwen3-coder": "qwen3_coder:Qwen3Coder",
+    "qwen3.5": "qwen3_coder:Qwen35",
+    "deepseek-r1": "deepseek:DeepSeekR1",
+    "deepseek-v3.1": "deepseek:DeepSeekV31",
+    "deepseek-v3.2": "deepseek_dsml:DeepSeekV32",
+    "deepseek-v4": "deepseek_dsml:DeepSeekV4",
+    "chatglm3": "chatglm3:ChatGLM3",
+    "mistral-v3": "mistral:MistralV3",
+    "mistral-v7": "mistral:MistralV7",
+    "mistral-v11": "mistral_v11:MistralV11",
+    "magistral": "magistral:Magistral",
+    "llama3": "llama3:Llama3",
+    "llama4": "llama4:Llama4",
+    "gemma3": "gemma3:Gemma3",
+    "gemma4": "gemma4:Gemma4",
+    "glm4": "glm4:GLM4",
+    "glm4.6": "glm45:GLM46",
+    "glm4.7": "glm45:GLM47",
+    "kimi-k2": "kimi:KimiK2",
+    "kimi-k2-thinking": "kimi:KimiK2Thinking",
+    "harmony": "harmony:Harmony",
+    "granite4": "granite:Granite4",
+    "granite4.1": "granite:Granite41",
+    "minimax-m2": "minimax:MiniMaxM2",
+    "nemotron3": "nemotron:Nemotron3",
+    "nemotron-nano2": "nemotron:NemotronNano2",
+}
+
+
+def _built_in(target: str) -> Callable[[], Dialect]:
+    """The constructor of a :data:`BUILT_IN` entry: imports its module when first called."""
+    module, _, cls = target.partition(":")
+
+    def construct() -> Dialect:
+        made: Dialect = getattr(importlib.import_module(f"{__name__}.{module}"), cls)()
+        return made
+
+    construct.__qualname__ = construct.__name__ = cls
+    return construct
+
+
+#: Every dialect by name: built-ins, then plugins and :func:`register_dialect` additions.
 DIALECT_CONSTRUCTORS: dict[str, Callable[[], Dialect]] = {
-    "chatml": _chatml,
-    "qwen2.5": _qwen25,
-    "qwen3": _qwen3,
-    "qwq": _qwq,
-    "qwen3-coder": _qwen3_coder,
-    "qwen3.5": _qwen35,
-    "deepseek-r1": _deepseek_r1,
-    "deepseek-v3.1": _deepseek_v31,
-    "deepseek-v3.2": _deepseek_v32,
-    "deepseek-v4": _deepseek_v4,
-    "chatglm3": _chatglm3,
-    "mistral-v3": _mistral_v3,
-    "mistral-v7": _mistral_v7,
-    "mistral-v11": _mistral_v11,
-    "magistral": _magistral,
-    "llama3": _llama3,
-    "llama4": _llama4,
-    "gemma3": _gemma3,
-    "gemma4": _gemma4,
-    "glm4": _glm4,
-    "glm4.6": _glm46,
-    "glm4.7": _glm47,
-    "kimi-k2": _kimi_k2,
-    "kimi-k2-thinking": _kimi_k2_thinking,
-    "harmony": _harmony,
-    "granite4": _granite4,
-    "granite4.1": _granite41,
-    "minimax-m2": _minimax_m2,
-    "nemotron3": _nemotron3,
-    "nemotron-nano2": _nemotron_nano2,
+    name: _built_in(target) for name, target in BUILT_IN.items()
 }
 
 

@@ -1,8 +1,10 @@
 """The dialect interface: render a conversation to blocks, parse model output back.
 
-A dialect is one module: it knows its layout, its control tokens, its validation rules and
-its output parser. Everything else (encoding, caching, counting, streaming from ids) is shared
-and lives here.
+A dialect is one module: it knows its layout, its control tokens and its output parser, and
+declares the rest as class attributes — the validation rules it lists, how it reasons, the
+fingerprint of its chat template (detection), and how its turns end in training data — so a
+dialect from another package is validated, detected and trained on exactly like a built-in one.
+Everything else (encoding, caching, counting, streaming from ids) is shared and lives here.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..decoding import decode_turn, split_controls
@@ -19,12 +22,31 @@ from ..grammar import Grammar, ToolLike
 from ..messages import Conversation, Message, Tool, ToolCall, as_conversation, new_call_id
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
+from ..validation import MessageRule, check_common, check_messages
+from .fingerprint import Fingerprint
 
 ConversationLike = Conversation | Sequence[Message | Mapping[str, Any]]
 ToolsLike = Sequence[Tool | Mapping[str, Any]] | None
 #: How a family reasons: ``never``; ``always`` (every reply thinks first); ``switch`` (thinking
 #: is turned on or off per request, as the template's ``enable_thinking`` / ``thinking`` does).
 ReasoningMode = Literal["never", "always", "switch"]
+
+
+@dataclass(frozen=True, slots=True)
+class EndRule:
+    """How a family's assistant turn ends in training data, where "the reply carries its own
+    stop token" does not hold (see :mod:`chatfmt.training.rules`).
+
+    ``closing``: the stop token appended (and trained) after the last trained reply when that
+    reply holds no stop token (``None``: the generic choice, the last stop token the tokenizer
+    has). ``history_end``/``served_end``: the history writes ``history_end`` where the model
+    emitted ``served_end``; the last reply is trained with ``served_end`` in its place, an
+    earlier one keeps ``history_end`` (what a later turn's prompt shows) without loss on it.
+    """
+
+    closing: str | None = None
+    history_end: str | None = None
+    served_end: str | None = None
 
 
 class StreamParser(ABC):
@@ -105,6 +127,13 @@ class Dialect(ABC):
     controls: tuple[str, ...] = ()
     #: Control tokens that end the assistant's turn.
     stop_controls: tuple[str, ...] = ()
+    #: The markup of the family's chat template, by which :func:`~chatfmt.detect_dialect`
+    #: recognises its models (``None``: never detected, only chosen by name).
+    fingerprint: Fingerprint | None = None
+    #: How a turn ends in training data (see :class:`EndRule`; most families need none).
+    end_rule: EndRule = EndRule()
+    #: Per-message rules of strict validation (shared ones from :mod:`chatfmt.validation`).
+    rules: tuple[MessageRule, ...] = ()
 
     @property
     def text_controls(self) -> tuple[str, ...]:
@@ -217,12 +246,16 @@ class Dialect(ABC):
 
     # ==== Rendering ====
 
-    @abstractmethod
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
         """Raise :class:`~chatfmt.errors.ValidationError` if the conversation breaks a rule.
 
-        ``strict=False`` (training data) checks only what rendering itself needs.
+        ``strict=False`` (training data) checks only what rendering itself needs. By default:
+        the rules every format shares, then (strict) the dialect's :attr:`rules`; a dialect
+        with rules of a whole conversation adds them after ``super().validate``.
         """
+        check_common(conversation, strict=strict)
+        if strict:
+            check_messages(self.name, conversation, self.rules)
 
     @abstractmethod
     def render_blocks(

@@ -23,8 +23,11 @@ from ..messages import INTERPRETER, Conversation, Message, Tool, ToolCall
 from ..pycall import format_tool_call, parse_tool_call
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
+from .base import EndRule
+from .fingerprint import Fingerprint
 from .glm import (
     ASSISTANT,
+    GLM_MARKUP,
     OBSERVATION,
     ROLE_CONTROL,
     ROLE_TOKENS,
@@ -74,6 +77,16 @@ class ChatGLM3(GLMDialect):
     """The ChatGLM3 chat format (THUDM/chatglm3-6b)."""
 
     name = "chatglm3"
+    #: The model ends a reply by writing the next role token, or ``</s>`` after the last one
+    #: (what the official fine-tuning code trains): no end is in the history.
+    end_rule = EndRule(closing="</s>")
+    fingerprint = Fingerprint(
+        "ChatGLM3 ([gMASK]sop, role tokens, tool_call(…) segments)",
+        requires=("[gMASK]sop",),
+        tokens=GLM_MARKUP,
+        excludes=("<tool_call>", "<arg_key>", "<think>"),
+        precedence=10,
+    )
     controls = ("[MASK]", "[gMASK]", "[sMASK]", "sop", "eop", *ROLE_TOKENS)
     stop_controls = (USER, OBSERVATION, "</s>")
     #: In text output only role tokens are split out: ``sop``, ``eop`` and the mask tokens are

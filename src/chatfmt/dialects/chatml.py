@@ -12,16 +12,16 @@ The stream parser accepts the three shapes small Qwen models actually write: tag
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 
-from ..errors import ValidationError
 from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import WS_PATTERN, literal
+from ..markup import escape_lone_surrogates
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
-from ..validation import check_common
+from ..validation import JSON_CALL_NAMES, MessageRule, NeedsContent, NoMetadata
 from .base import Dialect, StreamParser
+from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, Fingerprint
 from .parsers.hermes import HermesParser
 
 IM_START = "<|im_start|>"
@@ -31,6 +31,8 @@ TOOL_CALL = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
 
 QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+#: The tool section of Qwen's templates (Qwen2.5, QwQ, Qwen3), before the tool list.
+QWEN_TOOLS_HEAD = "# Tools\n\nYou may call one or more functions to assist with the user query."
 _TOOLS_HEAD = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
@@ -44,16 +46,13 @@ HERMES_TOOLS_TAIL = (
 _START = Control(IM_START)
 _END = Control(IM_END)
 _NEWLINE = Text("\n")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-#: A call name the templates paste between quotes: one that would need JSON escaping.
-BAD_CALL_NAME = re.compile(r'["\\\x00-\x1f]')
 
 
 def arguments_json(arguments: str) -> str:
     """The template's ``tool_call.arguments | tojson`` for arguments given as an object."""
     text = json.dumps(json.loads(arguments), ensure_ascii=False)
     # A lone surrogate (from a "\ud800" escape) is not text a tokenizer can take: keep it escaped.
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return escape_lone_surrogates(text)
 
 
 class ChatML(Dialect):
@@ -66,33 +65,23 @@ class ChatML(Dialect):
     """
 
     name = "chatml"
+    fingerprint = Fingerprint(
+        "plain ChatML turns (<|im_start|>role … <|im_end|>), with no default system prompt "
+        "and, if any, Qwen's Hermes-style tool section",
+        requires=("<|im_start|>", "<|im_end|>"),
+        tokens=CHATML_MARKUP | HERMES_MARKUP,
+        excludes=("<think>", "</think>", "enable_thinking", "reasoning_content", "bos_token"),
+        with_tools=(QWEN_TOOLS_HEAD,),
+        fixed_system=(QWEN25_DEFAULT_SYSTEM,),
+        precedence=120,
+    )
+    rules: tuple[MessageRule, ...] = (JSON_CALL_NAMES,)
     controls: tuple[str, ...] = (IM_START, IM_END, ENDOFTEXT, TOOL_CALL, TOOL_CALL_END)
     stop_controls = (IM_END, ENDOFTEXT)
     turns_render_independently = True
     #: System prompt used when the conversation has none (``None``: no system turn then, unless
     #: tools must be described).
     default_system: str | None = None
-
-    # ==== Validation ====
-
-    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
-        if not strict:
-            return
-        for i, m in enumerate(conversation.messages):
-            for call in m.tool_calls or ():
-                if not call.name or BAD_CALL_NAME.search(call.name):
-                    raise ValidationError(
-                        f"tool call name {call.name!r} is empty or holds quotes, backslashes or "
-                        "control characters, which break the call's JSON; use a plain "
-                        "identifier such as 'get_weather'",
-                        index=i,
-                        rule="tool-call-name",
-                    )
-            self._check_message(i, m)
-
-    def _check_message(self, index: int, message: Message) -> None:
-        """Dialect-specific rules for one message (strict mode)."""
 
     # ==== Rendering ====
 
@@ -225,24 +214,24 @@ class Qwen25(ChatML):
     """The Qwen2.5 preset: byte-exact with the official Qwen2.5 chat template."""
 
     name = "qwen2.5"
+    fingerprint = Fingerprint(
+        "the Qwen2.5 instruct template (ChatML, Hermes <tool_call> calls, Qwen's default "
+        "system prompt); preferred to chatml, which renders the same turns without that "
+        "default system prompt",
+        requires=("<|im_start|>", QWEN25_DEFAULT_SYSTEM),
+        tokens=CHATML_MARKUP | HERMES_MARKUP,
+        excludes=("<think>", "</think>", "enable_thinking", "reasoning_content", "bos_token"),
+        with_tools=(QWEN_TOOLS_HEAD,),
+        fixed_system=(QWEN25_DEFAULT_SYSTEM,),
+        architectures=("qwen2",),
+        precedence=130,
+    )
+    rules: tuple[MessageRule, ...] = (
+        JSON_CALL_NAMES,
+        NeedsContent(calls_only=True),
+        NoMetadata(hint=" (or render with dialect 'chatml')"),
+    )
     default_system = QWEN25_DEFAULT_SYSTEM
-
-    def _check_message(self, index: int, message: Message) -> None:
-        if message.content is None and not (message.role == "assistant" and message.tool_calls):
-            # The template fails on a missing content here, or prints "None".
-            raise ValidationError(
-                f"a {message.role} message needs content for the Qwen2.5 template; "
-                'set content to a string (it may be "")',
-                index=index,
-                rule="content",
-            )
-        if message.metadata:
-            raise ValidationError(
-                "the Qwen2.5 template has no header metadata and would drop it; remove "
-                "'metadata' (or render with dialect 'chatml')",
-                index=index,
-                rule="metadata",
-            )
 
     def _header(self, role: str, metadata: str | None) -> str:
         return role  # the template writes no metadata

@@ -17,13 +17,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 
-from ..errors import ValidationError
 from ..grammar import Grammar, ToolLike, thought_first
+from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message, ToolCall
 from ..segments import Block, BlockBuilder, Control, Segment, Text
-from ..validation import check_common
+from ..validation import CallNames, MessageRule, NoMetadata, json_name_is_bad
 from .base import Dialect, ReasoningMode, StreamParser
-from .chatml import BAD_CALL_NAME, arguments_json
+from .chatml import arguments_json
+from .fingerprint import Fingerprint
 from .parsers.deepseek import (
     BOS,
     CALL_BEGIN,
@@ -43,8 +44,8 @@ OUTPUTS_BEGIN = "<｜tool▁outputs▁begin｜>"
 OUTPUTS_END = "<｜tool▁outputs▁end｜>"
 OUTPUT_BEGIN = "<｜tool▁output▁begin｜>"
 OUTPUT_END = "<｜tool▁output▁end｜>"
-THINK = "<think>"
-THINK_END = "</think>"
+#: The turn tokens every DeepSeek template writes.
+DEEPSEEK_TURNS = (USER, ASSISTANT)
 _CALL_TOKENS = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
 _OUTPUT_TOKENS = (OUTPUTS_BEGIN, OUTPUTS_END, OUTPUT_BEGIN, OUTPUT_END)
 
@@ -69,38 +70,21 @@ def is_result(m: Message) -> bool:
 class DeepSeekBase(Dialect):
     """What the four families share: tokens, validation, the reasoning wrapper."""
 
+    rules: tuple[MessageRule, ...] = (
+        NoMetadata(),
+        CallNames(
+            lambda name: json_name_is_bad(name) or "<" in name,
+            "quotes, '<', backslashes or control characters",
+            "the call's syntax",
+        ),
+    )
+
     controls: tuple[str, ...] = (
         BOS, EOS, USER, ASSISTANT, THINK, THINK_END, *_CALL_TOKENS, *_OUTPUT_TOKENS,
     )  # fmt: skip
     stop_controls = (EOS,)
     reasoning: ReasoningMode = "switch"
     thinking = False  # the templates' default: thinking is asked for per request
-
-    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
-        if not strict:
-            return
-        for i, m in enumerate(conversation.messages):
-            if m.metadata:
-                raise ValidationError(
-                    f"the {self.name} format has no header metadata and would drop it; remove "
-                    "'metadata'",
-                    index=i,
-                    rule="metadata",
-                )
-            for call in m.tool_calls or ():
-                if not call.name or BAD_CALL_NAME.search(call.name) or "<" in call.name:
-                    raise ValidationError(
-                        f"tool call name {call.name!r} is empty or holds quotes, '<', "
-                        "backslashes or control characters, which break the call's syntax; use "
-                        "a plain identifier such as 'get_weather'",
-                        index=i,
-                        rule="tool-call-name",
-                    )
-                self._check_call(i, call)
-
-    def _check_call(self, index: int, call: ToolCall) -> None:
-        """Family rules for one call (strict mode)."""
 
     def _builder(self) -> BlockBuilder:
         return BlockBuilder()
@@ -153,12 +137,10 @@ class DeepSeekBase(Dialect):
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the reply starts inside it when the prompt opened it),
         then text and calls in the family's syntax."""
-        return ThinkParser(
+        return ThinkParser.after_prompt_of(
+            self,
             self._answer_parser(id_factory),
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=THINK,
-            close_tag=THINK_END,
+            id_factory,
             started=self.thinking and self.prompt_opens_thought,
         )
 
@@ -175,6 +157,13 @@ class DeepSeekV31(DeepSeekBase):
     """
 
     name = "deepseek-v3.1"
+    fingerprint = Fingerprint(
+        "DeepSeek V3.1 (<｜tool▁calls▁begin｜> calls, one output per tool, <think></think> "
+        "thinking switch)",
+        requires=(*DEEPSEEK_TURNS, "<｜tool▁calls▁begin｜>", "<think></think>"),
+        excludes=("<｜tool▁outputs▁begin｜>", "｜DSML｜"),
+        precedence=190,
+    )
     #: R1 writes ``function<｜tool▁sep｜>name`` and fences the arguments; V3.1 does neither.
     fenced = False
 
@@ -308,6 +297,13 @@ class DeepSeekR1(DeepSeekV31):
     """
 
     name = "deepseek-r1"
+    fingerprint = Fingerprint(
+        "DeepSeek R1 (<｜tool▁calls▁begin｜> calls with fenced JSON, <｜tool▁outputs▁begin｜> "
+        "results, the reply opened with <think>)",
+        requires=(*DEEPSEEK_TURNS, "<｜tool▁calls▁begin｜>", "<｜tool▁outputs▁begin｜>", "<think>"),
+        excludes=("｜DSML｜",),
+        precedence=180,
+    )
     fenced = True
     reasoning = "always"
     thinking = True

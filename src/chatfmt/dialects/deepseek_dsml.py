@@ -9,10 +9,20 @@ from typing import Any
 
 from ..errors import ValidationError
 from ..grammar import Grammar, ToolLike
+from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import Block, BlockBuilder
+from ..validation import MessageRule
 from .base import StreamParser
-from .deepseek import ASSISTANT, THINK, THINK_END, USER, DeepSeekBase, is_result, system_prompt_of
+from .deepseek import (
+    ASSISTANT,
+    DEEPSEEK_TURNS,
+    USER,
+    DeepSeekBase,
+    is_result,
+    system_prompt_of,
+)
+from .fingerprint import Fingerprint
 from .parsers.deepseek import BOS, DSML, EOS
 from .parsers.dsml import DSMLCallsParser, dsml_call_grammar
 
@@ -61,6 +71,19 @@ def _function(tool: Tool) -> dict[str, Any] | None:
     return d if "type" not in d and "name" in d else None
 
 
+def _argument_names(dialect: str, index: int, message: Message) -> None:
+    """A DSML call writes each argument name in a ``parameter name="…"`` attribute."""
+    for call in message.tool_calls or ():
+        for key in call.arguments_dict():
+            if '"' in key or "<" in key:
+                raise ValidationError(
+                    f"argument name {key!r} holds a quote or '<', which break the call's "
+                    "parameter tag",
+                    index=index,
+                    rule="tool-call-arguments",
+                )
+
+
 class DeepSeekV32(DeepSeekBase):
     """DeepSeek V3.2: text-exact with its published chat template.
 
@@ -72,20 +95,16 @@ class DeepSeekV32(DeepSeekBase):
     """
 
     name = "deepseek-v3.2"
+    fingerprint = Fingerprint(
+        "DeepSeek V3.2 (DSML function calls, <function_results>)",
+        requires=(*DEEPSEEK_TURNS, "｜DSML｜", "<function_results>"),
+        precedence=200,
+    )
+    rules: tuple[MessageRule, ...] = (*DeepSeekBase.rules, _argument_names)
     controls = (*DeepSeekBase.controls, DSML)
     block_name = "function_calls"
     _tools_head = _V32_TOOLS
     _tools_end = _V32_TOOLS_END
-
-    def _check_call(self, index: int, call: ToolCall) -> None:
-        for key in call.arguments_dict():
-            if '"' in key or "<" in key:
-                raise ValidationError(
-                    f"argument name {key!r} holds a quote or '<', which break the call's "
-                    "parameter tag",
-                    index=index,
-                    rule="tool-call-arguments",
-                )
 
     def _inline(self) -> tuple[str, ...]:
         return (DSML, THINK, THINK_END)
@@ -220,6 +239,11 @@ class DeepSeekV4(DeepSeekV32):
     """
 
     name = "deepseek-v4"
+    fingerprint = Fingerprint(
+        "DeepSeek V4 (DSML tool calls, <tool_result> results)",
+        requires=(*DEEPSEEK_TURNS, "｜DSML｜", "<tool_result>"),
+        precedence=210,
+    )
     block_name = "tool_calls"
     _tools_head = _V4_TOOLS
     _tools_end = _V4_TOOLS_END

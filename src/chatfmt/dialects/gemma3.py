@@ -16,16 +16,30 @@ from ..messages import Conversation
 from ..segments import Block, Control, Text
 from ..validation import check_not_empty
 from .base import Dialect
+from .fingerprint import Fingerprint
 from .parsers.plain import PlainParser
 
 BOS, START, END, EOS = "<bos>", "<start_of_turn>", "<end_of_turn>", "<eos>"
 _NEWLINE = Text("\n")
 
 
+_MARKUP = frozenset(
+    {"<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<bos>", "<eos>"}
+)
+
 class Gemma3(Dialect):
     """The Gemma 3 instruction-tuned chat format (``gemma-3-*-it``)."""
 
     name = "gemma3"
+    fingerprint = Fingerprint(
+        "Gemma turns (<start_of_turn>role … <end_of_turn>, the reply as model); Gemma 2 and 3 "
+        "write the same turns (Gemma 2 refuses a system message, which gemma3 puts before the "
+        "first user message)",
+        requires=("<start_of_turn>", "<end_of_turn>"),
+        tokens=_MARKUP,
+        architectures=("gemma", "gemma2", "gemma3"),
+        precedence=70,
+    )
     controls = (BOS, START, END, EOS)
     stop_controls = (END, EOS)
 

@@ -28,8 +28,9 @@ from ..errors import ValidationError
 from ..grammar import ToolLike
 from ..messages import Conversation, Message, ToolCall
 from ..segments import Block, BlockBuilder, Segment
-from ..validation import check_common
+from ..validation import MessageRule, NoMetadata
 from .base import Dialect, StreamParser
+from .fingerprint import Fingerprint
 from .gemma4_grammar import gemma4_call_grammar
 from .gemma4_tools import declaration
 from .parsers.gemma4 import (
@@ -104,6 +105,13 @@ class Gemma4(Dialect):
     default."""
 
     name = "gemma4"
+    fingerprint = Fingerprint(
+        "Gemma 4 (<|turn>role … <turn|>, <|tool_call>call:NAME{…} calls with <|\"|> strings, "
+        "a <|channel>thought channel)",
+        requires=("<|turn>", "<turn|>", '<|"|>'),
+        precedence=280,
+    )
+    rules: tuple[MessageRule, ...] = (NoMetadata(),)
     controls = (
         BOS, EOS, TURN, TURN_END, THINK, CHANNEL, CHANNEL_END, TOOL, TOOL_END, CALL, CALL_END,
         RESPONSE, RESPONSE_END, QUOTE,
@@ -124,17 +132,10 @@ class Gemma4(Dialect):
     # ==== Validation ====
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
+        super().validate(conversation, strict=strict)
         for i, m in enumerate(conversation.messages):
             for call in m.tool_calls or ():
                 self._check_call(call, i)
-            if strict and m.metadata:
-                raise ValidationError(
-                    f"the {self.name} template has no header metadata and would drop it; "
-                    "remove 'metadata'",
-                    index=i,
-                    rule="metadata",
-                )
 
     def _check_call(self, call: ToolCall, index: int) -> None:
         name = call.name

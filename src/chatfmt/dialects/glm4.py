@@ -19,8 +19,11 @@ from ..errors import ParseError, ValidationError
 from ..messages import Conversation, Message, ToolCall
 from ..segments import Block, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
+from .base import EndRule
+from .fingerprint import Fingerprint
 from .glm import (
     ASSISTANT,
+    GLM_MARKUP,
     OBSERVATION,
     ROLE_CONTROL,
     ROLE_TOKENS,
@@ -58,6 +61,17 @@ class GLM4(GLMDialect):
     """The GLM-4 chat format (THUDM/glm-4-9b-chat)."""
 
     name = "glm4"
+    #: The model ends a reply by writing the next role token, or end-of-text after the last
+    #: one: no end is in the history, so the last trained reply is closed with it.
+    end_rule = EndRule(closing="<|endoftext|>")
+    fingerprint = Fingerprint(
+        "GLM-4 chat ([gMASK]<sop>, role tokens, calls as JSON in an <|assistant|> segment)",
+        requires=("[gMASK]<sop>",),
+        tokens=GLM_MARKUP,
+        # GLM-4.5 and later write calls as <tool_call> with <arg_key>/<arg_value>, and think.
+        excludes=("<tool_call>", "<arg_key>", "<think>"),
+        precedence=20,
+    )
     controls = ("[gMASK]", "<sop>", *ROLE_TOKENS, ENDOFTEXT)
     stop_controls = (USER, OBSERVATION, ENDOFTEXT)
     #: ``[gMASK]`` and ``<sop>`` are never generated; as text they stay text.

@@ -23,13 +23,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 
-from ..errors import ValidationError
 from ..grammar import Grammar, ToolLike, thought_first
+from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import Block, BlockBuilder, Control, Segment, Text
-from ..validation import check_common
-from .base import Dialect, ReasoningMode, StreamParser
-from .glm import ASSISTANT, OBSERVATION, SYSTEM, USER
+from ..validation import CallNames, MessageRule, NoMetadata
+from .base import Dialect, EndRule, ReasoningMode, StreamParser
+from .fingerprint import Fingerprint
+from .glm import ASSISTANT, GLM_MARKUP, OBSERVATION, SYSTEM, USER
 from .parsers.deepseek import valid_name
 from .parsers.glmxml import (
     ARG_KEY,
@@ -45,12 +46,19 @@ from .parsers.glmxml import (
 )
 from .parsers.think import ThinkParser
 from .parsers.values import Schemas, tool_schemas
-from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END, split_thought
+from .qwen3 import split_thought
 
 GMASK, SOP, ENDOFTEXT = "[gMASK]", "<sop>", "<|endoftext|>"
 #: Appended to each user turn when thinking is off (GLM-4.5/4.6); a token of the vocabulary.
 NOTHINK = "/nothink"
 _ROLES = (SYSTEM, USER, ASSISTANT, OBSERVATION)
+#: GLM-4.5+ calls (``<tool_call>name<arg_key>…</arg_key><arg_value>…</arg_value>``), results
+#: and reasoning, besides the GLM role tokens.
+_MARKUP = GLM_MARKUP | frozenset(
+    f"<{slash}{tag}>"
+    for tag in ("tool_call", "arg_key", "arg_value", "tool_response", "tools", "think")
+    for slash in ("", "/")
+)
 _TAGS = (THINK, THINK_END, *CALL_TAGS, TOOL_RESPONSE, TOOL_RESPONSE_END)
 _TOOLS_HEAD = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
@@ -86,6 +94,20 @@ class _GLM45(Dialect):
     A subclass sets :attr:`sep` (what follows a role token and separates a call's elements)
     and its thinking switch."""
 
+    #: The model ends a reply by writing the next role token, or end-of-text after the last
+    #: one: no end is in the history, so the last trained reply is closed with it.
+    end_rule = EndRule(closing="<|endoftext|>")
+    rules: tuple[MessageRule, ...] = (
+        NoMetadata(),
+        CallNames(
+            lambda name: not valid_name(name),
+            "whitespace, quotes, '<', '>' or backslashes (an argument name: '<', '>', a "
+            "newline or whitespace at an end)",
+            "the call's tags",
+            bad_key=_bad_key,
+        ),
+    )
+
     controls = (GMASK, SOP, *_ROLES, ENDOFTEXT, *_TAGS, NOTHINK)
     stop_controls = (USER, OBSERVATION, ENDOFTEXT)
     #: ``[gMASK]``, ``<sop>`` and ``/nothink`` are never generated: as text they stay text.
@@ -106,33 +128,6 @@ class _GLM45(Dialect):
         configured = copy.copy(self)
         configured.tool_schemas = tool_schemas(tools)
         return configured
-
-    # ==== Validation ====
-
-    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
-        if not strict:
-            return
-        for i, m in enumerate(conversation.messages):
-            if m.metadata:
-                raise ValidationError(
-                    f"the {self.name} template has no header metadata and would drop it; "
-                    "remove 'metadata'",
-                    index=i,
-                    rule="metadata",
-                )
-            for call in m.tool_calls or ():
-                bad = [] if valid_name(call.name) else [call.name]
-                bad += [k for k in call.arguments_dict() if _bad_key(k)]
-                if bad:
-                    raise ValidationError(
-                        f"tool call name or argument {bad[0]!r} is empty or holds characters "
-                        "that break the call's tags (a name: whitespace, quotes, '<', '>', "
-                        "backslashes; an argument: '<', '>', a newline, whitespace at an end); "
-                        "use a plain identifier",
-                        index=i,
-                        rule="tool-call-name",
-                    )
 
     # ==== Rendering ====
 
@@ -276,6 +271,13 @@ class GLM46(_GLM45):
     """
 
     name = "glm4.6"
+    fingerprint = Fingerprint(
+        "GLM-4.5/4.6 (role tokens, <tool_call> calls with <arg_key>/<arg_value> on lines of "
+        "their own, <think> reasoning, /nothink when thinking is off)",
+        requires=("[gMASK]<sop>", "<tool_call>", "<arg_key>", "<think>", "/nothink"),
+        tokens=_MARKUP,
+        precedence=60,
+    )
     sep = "\n"
 
     def _after_user(self, b: BlockBuilder, text: str) -> None:
@@ -326,6 +328,14 @@ class GLM47(_GLM45):
     """
 
     name = "glm4.7"
+    fingerprint = Fingerprint(
+        "GLM-4.7 (role tokens, compact <tool_call> calls with <arg_key>/<arg_value>, the "
+        "generation prompt opening <think>)",
+        requires=("[gMASK]<sop>", "<tool_call>", "<arg_key>", "<think>"),
+        tokens=_MARKUP,
+        excludes=("/nothink",),
+        precedence=50,
+    )
     prompt_opens_thought = True
 
     def _thought(self, b: BlockBuilder, reasoning: str | None) -> None:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from ..errors import ValidationError
 from ..grammar import WORDS, Grammar, ToolLike
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control, Segment, Text
-from ..validation import check_common
+from ..validation import JSON_CALL_NAMES, MessageRule, NoMetadata
 from .base import Dialect, StreamParser
-from .chatml import BAD_CALL_NAME, TOOL_CALL, TOOL_CALL_END, arguments_json, hermes_call_grammar
+from .chatml import TOOL_CALL, TOOL_CALL_END, arguments_json, hermes_call_grammar
+from .fingerprint import Fingerprint
 from .parsers.hermes import HermesParser
 
 START_OF_ROLE = "<|start_of_role|>"
@@ -55,6 +55,15 @@ class Granite4(Dialect):
     """Granite 4.0: byte-exact with its published chat template (text; no vocabulary offline)."""
 
     name = "granite4"
+    fingerprint = Fingerprint(
+        "Granite 4.0 (<|start_of_role|>role<|end_of_role|> … <|end_of_text|>, Hermes "
+        "<tool_call> calls, a default system prompt when there is none)",
+        requires=("<|start_of_role|>", "<|end_of_role|>", "tools_system_message_prefix"),
+        any_of=("g4_default_system_message",),
+        excludes=("<|tool_call|>",),
+        precedence=250,
+    )
+    rules: tuple[MessageRule, ...] = (NoMetadata(), JSON_CALL_NAMES)
     controls = (START_OF_ROLE, END_OF_ROLE, END_OF_TEXT, *_TAGS)
     stop_controls = (END_OF_TEXT,)
     turns_render_independently = True
@@ -62,31 +71,6 @@ class Granite4(Dialect):
     #: The system text written when the conversation has neither a system text nor tools
     #: (``None``: no system turn then).
     default_system: str | None = GRANITE4_DEFAULT_SYSTEM
-
-    # ==== Validation ====
-
-    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
-        if not strict:
-            return
-        for i, m in enumerate(conversation.messages):
-            if m.metadata:
-                raise ValidationError(
-                    f"the {self.name} template has no header metadata and would drop it; "
-                    "remove 'metadata'",
-                    index=i,
-                    rule="metadata",
-                )
-            for call in m.tool_calls or ():
-                # The template pastes the name between quotes: it must need no JSON escaping.
-                if not call.name or BAD_CALL_NAME.search(call.name):
-                    raise ValidationError(
-                        f"tool call name {call.name!r} is empty or holds quotes, backslashes or "
-                        "control characters, which break the call's JSON; use a plain "
-                        "identifier such as 'get_weather'",
-                        index=i,
-                        rule="tool-call-name",
-                    )
 
     # ==== Rendering ====
 
@@ -216,6 +200,13 @@ class Granite41(Granite4):
     """Granite 4.1: as 4.0, without the default system prompt (byte-exact with its template)."""
 
     name = "granite4.1"
+    fingerprint = Fingerprint(
+        "Granite 4.1 (<|start_of_role|>role<|end_of_role|> … <|end_of_text|>, Hermes "
+        "<tool_call> calls, no default system prompt)",
+        requires=("<|start_of_role|>", "<|end_of_role|>", "tools_system_message_prefix"),
+        excludes=("<|tool_call|>", "g4_default_system_message"),
+        precedence=240,
+    )
     default_system = None
 
 

@@ -19,8 +19,9 @@ from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..messages import Conversation, Message
 from ..segments import Block, Control, Segment, Text
-from ..validation import check_common
-from .base import Dialect
+from ..validation import CallNames, MessageRule, NoMetadata, check_common, check_messages
+from .base import Dialect, EndRule
+from .fingerprint import Fingerprint
 from .harmony_tools import tools_section
 from .parsers.harmony import (
     CALL,
@@ -58,6 +59,23 @@ class Harmony(Dialect):
     reference's defaults: no date line unless ``current_date`` is given (a string or a date)."""
 
     name = "harmony"
+    #: The history writes ``<|end|>`` where the model emitted ``<|return|>`` (its final answer's
+    #: stop): the last trained reply keeps ``<|return|>``.
+    end_rule = EndRule(history_end="<|end|>", served_end="<|return|>")
+    rules: tuple[MessageRule, ...] = (
+        NoMetadata(),
+        CallNames(
+            lambda name: not name or _BAD_NAME.search(name) is not None,
+            "spaces or angle brackets",
+            "the recipient it is written in",
+        ),
+    )
+    fingerprint = Fingerprint(
+        "gpt-oss's harmony format (<|start|>, <|channel|>, <|message|>)",
+        requires=("<|start|>", "<|channel|>", "<|message|>"),
+        architectures=("gpt-oss",),
+        precedence=300,
+    )
     controls = (START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL)
     stop_controls = (RETURN, CALL)
     turns_render_independently = True
@@ -84,7 +102,7 @@ class Harmony(Dialect):
         self.reasoning_effort = cast(Effort, effort)
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
+        check_common(conversation, strict=strict)  # the message rules come last, as ever
         try:
             tools_section(conversation.tools)
         except RecursionError:
@@ -110,17 +128,8 @@ class Harmony(Dialect):
                     "'description' and 'parameters' that is a JSON schema object",
                     "tool-definition",
                 )
-        for i, m in enumerate(conversation.messages if strict else ()):
-            if m.metadata:
-                _fail("harmony headers have no place for 'metadata'; remove it", "metadata", i)
-            for call in m.tool_calls or ():
-                if not call.name or _BAD_NAME.search(call.name):
-                    _fail(
-                        f"tool call name {call.name!r} is empty or holds spaces or angle "
-                        "brackets, which end the recipient; use a name such as 'get_weather'",
-                        "tool-call-name",
-                        i,
-                    )
+        if strict:
+            check_messages(self.name, conversation, self.rules)
 
     def system_text(self, *, function_tools: bool) -> str:
         """The system message's content."""

@@ -24,12 +24,12 @@ import json
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from ..errors import ValidationError
 from ..grammar import WORDS, Grammar, ToolLike, thought_first
 from ..messages import Conversation, Message, ToolCall
 from ..segments import Block, BlockBuilder, Control, Segment, Text
-from ..validation import check_common
+from ..validation import CallNames, MessageRule, NoMetadata
 from .base import Dialect, ReasoningMode, StreamParser
+from .fingerprint import Fingerprint
 from .parsers.deepseek import valid_name
 from .parsers.kimi import (
     ARGUMENT_BEGIN,
@@ -66,11 +66,36 @@ def _label(m: Message) -> str:
     return m.name or ("tool" if _is_result(m) else m.role)
 
 
+_MARKUP = frozenset(
+    {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"}
+    | {f"<|tool_call{s}|>" for s in ("s_section_begin", "s_section_end", "_begin", "_end")}
+    | {"<|tool_call_argument_begin|>", "<think>", "</think>"}
+    | {f"<|media_{s}|>" for s in ("start", "content", "pad", "end")}
+)
+_MARKERS = ("<|im_user|>", "<|im_middle|>", "<|tool_calls_section_begin|>")
+
+
 class KimiK2(Dialect):
     """Kimi K2 Instruct: text-exact with its published chat template (``Kimi-K2-Instruct``);
     it does not reason."""
 
     name = "kimi-k2"
+    fingerprint = Fingerprint(
+        "Kimi K2 Instruct (<|im_user|>…<|im_middle|> turns, functions.NAME:INDEX calls in a "
+        "tool-calls section, no reasoning)",
+        requires=_MARKERS,
+        tokens=_MARKUP,
+        excludes=("<think>",),
+        precedence=30,
+    )
+    rules: tuple[MessageRule, ...] = (
+        NoMetadata(hint=" (a turn's label is the message's 'name')"),
+        CallNames(
+            lambda name: not valid_name(name),
+            "whitespace, quotes, '<', '>' or backslashes",
+            "the call's id (functions.NAME:INDEX)",
+        ),
+    )
     controls: tuple[str, ...] = (IM_SYSTEM, IM_USER, IM_ASSISTANT, IM_MIDDLE, IM_END, *CALL_TOKENS)
     stop_controls = (IM_END,)
     turns_render_independently = False  # call ids count the calls of every turn before
@@ -80,30 +105,6 @@ class KimiK2(Dialect):
     #: The index the next call's id carries: the calls of the conversation replied to
     #: (:meth:`for_reply_to`).
     next_call_index = 0
-
-    # ==== Validation ====
-
-    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
-        if not strict:
-            return
-        for i, m in enumerate(conversation.messages):
-            if m.metadata:
-                raise ValidationError(
-                    f"the {self.name} template has no header metadata and would drop it; "
-                    "remove 'metadata' (a turn's label is the message's 'name')",
-                    index=i,
-                    rule="metadata",
-                )
-            for call in m.tool_calls or ():
-                if not valid_name(call.name):
-                    raise ValidationError(
-                        f"tool call name {call.name!r} is empty or holds whitespace, quotes, "
-                        "'<', '>' or backslashes, which break the call's id "
-                        "(functions.NAME:INDEX); use a plain identifier such as 'get_weather'",
-                        index=i,
-                        rule="tool-call-name",
-                    )
 
     # ==== Rendering ====
 
@@ -230,6 +231,13 @@ class KimiK2Thinking(KimiK2):
     """
 
     name = "kimi-k2-thinking"
+    fingerprint = Fingerprint(
+        "Kimi K2-Thinking (<|im_user|>…<|im_middle|> turns, functions.NAME:INDEX calls in a "
+        "tool-calls section, <think> reasoning)",
+        requires=(*_MARKERS, "<think>"),
+        tokens=_MARKUP,
+        precedence=40,
+    )
     controls = (*KimiK2.controls, THINK, THINK_END)
     reasoning: ReasoningMode = "always"
     thinking = True
@@ -245,13 +253,7 @@ class KimiK2Thinking(KimiK2):
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the reply opens it), then text and calls."""
-        return ThinkParser(
-            self._answer_parser(id_factory),
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=THINK,
-            close_tag=THINK_END,
-        )
+        return ThinkParser.after_prompt_of(self, self._answer_parser(id_factory), id_factory)
 
     def call_grammar(
         self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False

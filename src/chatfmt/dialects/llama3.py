@@ -26,8 +26,9 @@ from ..jsonscan import WS
 from ..messages import Conversation, Message, ToolCall
 from ..pycall import parse_tool_call
 from ..segments import Block, Control, Segment, Text
-from ..validation import check_common
+from ..validation import MessageRule, NoMetadata
 from .base import Dialect, finish_reason_for
+from .fingerprint import Fingerprint
 from .parsers.hermes import HermesParser
 
 BEGIN_OF_TEXT = "<|begin_of_text|>"
@@ -93,11 +94,33 @@ def _header(role: str) -> tuple[Segment, ...]:
     return (Control(START_HEADER), Text(role), Control(END_HEADER), Text("\n\n"))
 
 
+#: The markup of Meta's Llama 3 templates.
+_MARKUP = frozenset(
+    {
+        "<|begin_of_text|>",
+        "<|start_header_id|>",
+        "<|end_header_id|>",
+        "<|eot_id|>",
+        "<|eom_id|>",
+        "<|python_tag|>",
+    }
+)
+
 class Llama3(Dialect):
     """Llama 3.1 to 3.3 instruct. ``today`` fills the ``Today Date`` line of the tool prompt
     (default: the date when rendering, as the reference does)."""
 
     name = "llama3"
+    fingerprint = Fingerprint(
+        "Llama 3 (<|start_header_id|>role<|end_header_id|> … <|eot_id|>) with Meta's JSON "
+        "tool calls",
+        requires=("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
+        tokens=_MARKUP,
+        # Llama 3 fine-tunes with call syntaxes of their own (Functionary, FireFunction).
+        excludes=("<function=", "functools", ">>>"),
+        precedence=110,
+    )
+    rules: tuple[MessageRule, ...] = (NoMetadata(),)
     controls = (BEGIN_OF_TEXT, END_OF_TEXT, START_HEADER, END_HEADER, EOM, EOT, PYTHON_TAG)
     stop_controls = (EOT, EOM, END_OF_TEXT)
     turns_render_independently = True
@@ -108,17 +131,11 @@ class Llama3(Dialect):
     # ==== Validation ====
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
+        super().validate(conversation, strict=strict)
         for i, m in enumerate(conversation.messages):
             calls = m.tool_calls or ()
             for call in calls:
                 self._check_call(i, call, len(calls), strict=strict)
-            if strict and m.metadata:
-                raise ValidationError(
-                    "Llama 3 headers hold only the role and would drop 'metadata'; remove it",
-                    index=i,
-                    rule="metadata",
-                )
 
     def _check_call(self, index: int, call: ToolCall, ncalls: int, *, strict: bool) -> None:
         if call.name not in QUERY_TOOLS and call.name != CODE_INTERPRETER:

@@ -23,8 +23,9 @@ from ..grammar.gbnf import literal
 from ..messages import Conversation, Message, ToolCall
 from ..pycall import format_value, is_argument_name
 from ..segments import Block, Control, Segment, Text
-from ..validation import check_common
+from ..validation import MessageRule, NoMetadata
 from .base import Dialect
+from .fingerprint import Fingerprint
 from .llama3 import CODE_INTERPRETER, QUERY_TOOLS, builtin_problem
 from .parsers.pythonic import PythonicCallsParser
 
@@ -156,6 +157,13 @@ class Llama4(Dialect):
     """Llama 4 instruct: Meta's encoder with ``python_list`` calls."""
 
     name = "llama4"
+    fingerprint = Fingerprint(
+        "Llama 4 (<|header_start|>role<|header_end|> … <|eot|> or <|eom|>)",
+        requires=("<|header_start|>", "<|header_end|>", "<|eot|>"),
+        architectures=("llama4",),
+        precedence=220,
+    )
+    rules: tuple[MessageRule, ...] = (NoMetadata(),)
     controls = (
         BEGIN_OF_TEXT, END_OF_TEXT, HEADER_START, HEADER_END, EOM, EOT, PYTHON_START, PYTHON_END,
     )  # fmt: skip
@@ -165,16 +173,10 @@ class Llama4(Dialect):
     # ==== Validation ====
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
+        super().validate(conversation, strict=strict)
         for i, m in enumerate(conversation.messages):
             for call in m.tool_calls or ():
                 self._check_call(i, call, strict=strict)
-            if strict and m.metadata:
-                raise ValidationError(
-                    "Llama 4 headers hold only the role and would drop 'metadata'; remove it",
-                    index=i,
-                    rule="metadata",
-                )
 
     def _check_call(self, index: int, call: ToolCall, *, strict: bool) -> None:
         if call.raw is not None:

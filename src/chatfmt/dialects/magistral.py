@@ -25,6 +25,7 @@ from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control
 from ..validation import check_common
 from .base import ReasoningMode, StreamParser
+from .fingerprint import Fingerprint
 from .mistral import (
     BOS,
     CALLS,
@@ -72,6 +73,12 @@ class Magistral(MistralV11):
     strips and the template keeps)."""
 
     name = "magistral"
+    fingerprint = Fingerprint(
+        "Magistral / Ministral 3 reasoning ([SYSTEM_PROMPT], [INST], [THINK]…[/THINK] thoughts, "
+        "[TOOL_CALLS]name[ARGS]… calls)",
+        requires=("[INST]", "[SYSTEM_PROMPT]", "[THINK]"),
+        precedence=230,
+    )
     controls = (*MistralV11.controls, THINK, THINK_END)
     reasoning: ReasoningMode = "always"
     thinking = True

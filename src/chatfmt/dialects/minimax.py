@@ -20,14 +20,16 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import SchemaError, ValidationError
+from ..errors import SchemaError
 from ..grammar import CallRules, Grammar, ToolLike, Trigger, thought_first
 from ..grammar.gbnf import literal
 from ..grammar.schema import SchemaConverter
+from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Segment
-from ..validation import check_common
+from ..validation import CallNames, MessageRule, NoMetadata, SystemOnlyFirst
 from .base import Dialect, StreamParser
+from .fingerprint import Fingerprint
 from .parsers.minimax import (
     BLOCK,
     BLOCK_END,
@@ -45,8 +47,6 @@ from .parsers.values import Schemas, schema_types, tool_schemas
 BEGIN = "]~!b["
 ROLE = "]~b]"
 END = "[e~["
-THINK = "<think>"
-THINK_END = "</think>"
 _TAGS = (THINK, THINK_END, BLOCK, BLOCK_END)
 
 MINIMAX_DEFAULT_SYSTEM = "You are a helpful assistant."
@@ -71,6 +71,16 @@ class MiniMaxM2(Dialect):
     """MiniMax-M2: byte-exact with its published chat template (text); always thinks."""
 
     name = "minimax-m2"
+    fingerprint = Fingerprint(
+        "MiniMax-M2 (]~!b[ … ]~b] turns, <minimax:tool_call> XML calls, interleaved <think>)",
+        requires=("]~!b[", "]~b]", "<minimax:tool_call>"),
+        precedence=290,
+    )
+    rules: tuple[MessageRule, ...] = (
+        SystemOnlyFirst(),
+        NoMetadata(),
+        CallNames(_bad_name, "'\"', '<', '>' or a newline", "the call's XML", bad_key=_bad_name),
+    )
     controls = (BEGIN, ROLE, END, *_TAGS)
     stop_controls = (END,)
     reasoning = "always"
@@ -86,38 +96,6 @@ class MiniMaxM2(Dialect):
         # The same reading as Qwen3-Coder's (``$ref`` into ``$defs`` resolved).
         configured.tool_schemas = tool_schemas(tools)
         return configured
-
-    # ==== Validation ====
-
-    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
-        if not strict:
-            return
-        for i, m in enumerate(conversation.messages):
-            if m.role == "system" and i:
-                raise ValidationError(
-                    f"the {self.name} template drops a system message that is not first; "
-                    "move it first or merge it into the first one",
-                    index=i,
-                    rule="system-position",
-                )
-            if m.metadata:
-                raise ValidationError(
-                    f"the {self.name} template has no header metadata and would drop it; "
-                    "remove 'metadata'",
-                    index=i,
-                    rule="metadata",
-                )
-            for call in m.tool_calls or ():
-                bad = [call.name] if _bad_name(call.name) else []
-                bad += [k for k in call.arguments_dict() if _bad_name(k)]
-                if bad:
-                    raise ValidationError(
-                        f"tool call name or parameter {bad[0]!r} is empty or holds '\"', '<', "
-                        "'>' or a newline, which break the call's XML; use a plain identifier",
-                        index=i,
-                        rule="tool-call-name",
-                    )
 
     # ==== Rendering ====
 

@@ -20,10 +20,12 @@ from typing import Any, NoReturn
 from ..errors import ValidationError
 from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
+from ..markup import escape_lone_surrogates
 from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_common
 from .base import Dialect, StreamParser
+from .fingerprint import Fingerprint
 from .parsers.mistral import ToolCallsParser
 
 BOS, EOS, INST, INST_END = "<s>", "</s>", "[INST]", "[/INST]"
@@ -34,7 +36,6 @@ SYSTEM, SYSTEM_END, TOOL_CONTENT = "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL
 CALL_ID_PATTERN = re.compile(r"[a-zA-Z0-9]{9}\Z")
 #: A function name as the reference checks it.
 FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _ID_CHARS = string.ascii_letters + string.digits
 # Which role may follow which (the reference's own table); tool results are "tool".
 _NEXT = {
@@ -54,7 +55,7 @@ def dumps(value: Any) -> str:
     """``json.dumps(…, ensure_ascii=False)`` as the reference writes it; a lone surrogate (from
     a ``"\\ud800"`` escape) is no text a tokenizer can take, so it stays escaped."""
     text = json.dumps(value, ensure_ascii=False)
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return escape_lone_surrogates(text)
 
 
 def _loads_or_text(text: str) -> Any:
@@ -87,11 +88,27 @@ def _role(m: Message) -> str:
     return "tool" if m.role == "observation" else m.role
 
 
+#: The markup of Mistral's instruct templates.
+MISTRAL_MARKUP = frozenset(
+    "[INST] [/INST] [AVAILABLE_TOOLS] [/AVAILABLE_TOOLS] [TOOL_CALLS] [TOOL_RESULTS] "
+    "[/TOOL_RESULTS] [TOOL_CONTENT] [SYSTEM_PROMPT] [/SYSTEM_PROMPT] [CALL_ID] [ARGS] "
+    "[IMG] [IMG_BREAK] [IMG_END]".split()
+)
+
 class MistralV3(Dialect):
     """Instruct v3 (Mistral 7B v0.3, Mixtral 8x22B, Nemo with Tekken): byte-exact with
     ``mistral-common``'s ``InstructTokenizerV3`` after its request normalisation."""
 
     name = "mistral-v3"
+    fingerprint = Fingerprint(
+        "Mistral instruct v3 ([AVAILABLE_TOOLS] before the last user turn, [TOOL_CALLS] with "
+        "a JSON list, no [SYSTEM_PROMPT])",
+        requires=("[INST]", "[/INST]"),
+        any_of=("[TOOL_CALLS]", "[AVAILABLE_TOOLS]"),
+        tokens=MISTRAL_MARKUP,
+        excludes=("[SYSTEM_PROMPT]", "[ARGS]", "<<SYS>>"),
+        precedence=80,
+    )
     controls: tuple[str, ...] = (
         BOS, EOS, INST, INST_END, TOOLS, TOOLS_END, RESULTS, RESULTS_END, CALLS,
     )  # fmt: skip
@@ -265,6 +282,13 @@ class MistralV7(MistralV3):
     ``[SYSTEM_PROMPT]`` tags, tool results as text, text and calls in one reply."""
 
     name = "mistral-v7"
+    fingerprint = Fingerprint(
+        "Mistral instruct v7 ([SYSTEM_PROMPT] in place, [TOOL_CALLS] with a JSON list)",
+        requires=("[INST]", "[/INST]", "[SYSTEM_PROMPT]"),
+        tokens=MISTRAL_MARKUP,
+        excludes=("[ARGS]", "<<SYS>>"),
+        precedence=90,
+    )
     controls = (*MistralV3.controls, SYSTEM, SYSTEM_END, TOOL_CONTENT)
     fold_system = False
 

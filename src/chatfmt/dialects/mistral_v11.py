@@ -19,7 +19,16 @@ from ..grammar.gbnf import literal
 from ..messages import ToolCall
 from ..segments import BlockBuilder, Control, Segment, Text
 from .base import StreamParser
-from .mistral import CALL_ID_PATTERN, CALLS, FUNCTION_NAME, MistralV7, dumps, new_mistral_call_id
+from .fingerprint import Fingerprint
+from .mistral import (
+    CALL_ID_PATTERN,
+    CALLS,
+    FUNCTION_NAME,
+    MISTRAL_MARKUP,
+    MistralV7,
+    dumps,
+    new_mistral_call_id,
+)
 from .parsers.mistral import NamedCallsParser
 
 CALL_ID, ARGS = "[CALL_ID]", "[ARGS]"
@@ -33,6 +42,13 @@ class MistralV11(MistralV7):
     """Instruct v11: byte-exact with ``mistral-common``'s ``InstructTokenizerV11``."""
 
     name = "mistral-v11"
+    fingerprint = Fingerprint(
+        "Mistral instruct v11 ([TOOL_CALLS]name[ARGS]… calls, [SYSTEM_PROMPT])",
+        requires=("[INST]", "[/INST]", "[TOOL_CALLS]", "[ARGS]"),
+        tokens=MISTRAL_MARKUP,
+        excludes=("<<SYS>>",),
+        precedence=100,
+    )
     controls = (*MistralV7.controls, CALL_ID, ARGS)
 
     def _render_calls(self, b: BlockBuilder, calls: Sequence[ToolCall]) -> None:

@@ -25,12 +25,12 @@ from typing import Any
 from ..errors import ValidationError
 from ..grammar import CallRules, Grammar, ToolLike, Trigger, thought_first
 from ..grammar.gbnf import literal
+from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control, Segment, Text
-from ..validation import check_common
+from ..validation import JSON_CALL_NAMES, MessageRule, SystemOnlyFirst
 from .base import Dialect, ReasoningMode, StreamParser
 from .chatml import (
-    BAD_CALL_NAME,
     ENDOFTEXT,
     IM_END,
     IM_START,
@@ -38,9 +38,9 @@ from .chatml import (
     TOOL_CALL_END,
     arguments_json,
 )
+from .fingerprint import Fingerprint
 from .parsers.mistral import ToolCallsParser
 from .parsers.think import ThinkParser
-from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from .qwen3_coder import XMLCallsMixin, xml_call_grammar
 
 _INLINE = (TOOL_CALL, TOOL_CALL_END, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
@@ -66,6 +66,12 @@ class Nemotron3(XMLCallsMixin):
     off; earlier turns' thoughts emptied (:attr:`truncate_history_thinking`)."""
 
     name = "nemotron3"
+    fingerprint = Fingerprint(
+        "Nemotron 3 Nano (ChatML, <function=…> calls, XML tool descriptions with extra schema "
+        "keys, truncate_history_thinking)",
+        requires=("<|im_start|>", "<function=", "truncate_history_thinking", "render_extra_keys"),
+        precedence=260,
+    )
     controls = (IM_START, IM_END, ENDOFTEXT, *_INLINE)
     prompt_opens_thought = True
     #: The template's ``truncate_history_thinking``: turns before the last user message show
@@ -183,13 +189,8 @@ class Nemotron3(XMLCallsMixin):
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the prompt opened it when thinking is on), then text and
         XML calls typed by the request's tools."""
-        return ThinkParser(
-            self._answer_parser(id_factory),
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=THINK,
-            close_tag=THINK_END,
-            started=self.thinking,
+        return ThinkParser.after_prompt_of(
+            self, self._answer_parser(id_factory), id_factory, started=self.thinking
         )
 
 
@@ -301,6 +302,13 @@ class NemotronNano2(Dialect):
     turn's reasoning, and cuts a thought left in an earlier turn's content."""
 
     name = "nemotron-nano2"
+    fingerprint = Fingerprint(
+        "Nemotron Nano v2 (<SPECIAL_10>System, <SPECIAL_11>User/Assistant turns, "
+        "<TOOLCALL>[…] calls, /think and /no_think switches)",
+        requires=("<SPECIAL_10>", "<SPECIAL_11>", "<TOOLCALL>"),
+        precedence=270,
+    )
+    rules: tuple[MessageRule, ...] = (SystemOnlyFirst(), JSON_CALL_NAMES)
     controls = (SYSTEM, TURN, TURN_END, *_NANO2_INLINE)
     stop_controls = (TURN_END,)
     reasoning: ReasoningMode = "switch"
@@ -318,7 +326,7 @@ class NemotronNano2(Dialect):
     # ==== Validation ====
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
+        super().validate(conversation, strict=strict)
         msgs = conversation.messages
         for i, m in enumerate(msgs):
             if m.role != "assistant" and m.content is None:
@@ -328,30 +336,6 @@ class NemotronNano2(Dialect):
                     index=i,
                     rule="content",
                 )
-            if not strict:
-                continue
-            if m.role == "system" and i:
-                raise ValidationError(
-                    f"the {self.name} template drops a system message that is not first; move "
-                    "it first or merge it into the first one",
-                    index=i,
-                    rule="system-position",
-                )
-            if m.role not in ("system", "user", "assistant", "tool", "observation"):
-                raise ValidationError(
-                    f"the {self.name} template drops {m.role!r} messages; use user or system",
-                    index=i,
-                    rule="role",
-                )
-            for call in m.tool_calls or ():
-                if not call.name or BAD_CALL_NAME.search(call.name):
-                    raise ValidationError(
-                        f"tool call name {call.name!r} is empty or holds quotes, backslashes or "
-                        "control characters, which break the call's JSON; use a plain "
-                        "identifier such as 'get_weather'",
-                        index=i,
-                        rule="tool-call-name",
-                    )
         if not msgs or all(m.role == "system" for m in msgs):
             raise ValidationError(
                 f"the {self.name} template needs a message after the system prompt; add one",
@@ -485,14 +469,7 @@ class NemotronNano2(Dialect):
             calls_control=TOOLCALL,
             close_control=TOOLCALL_END,
         )
-        return ThinkParser(
-            calls,
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=THINK,
-            close_tag=THINK_END,
-            started=self.thinking,
-        )
+        return ThinkParser.after_prompt_of(self, calls, id_factory, started=self.thinking)
 
     def call_grammar(
         self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False

@@ -14,27 +14,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..errors import ValidationError
 from ..grammar import Grammar, ToolLike, thought_first
+from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..validation import JSON_CALL_NAMES, MessageRule, NeedsContent, NoMetadata
 from .base import ReasoningMode, StreamParser
 from .chatml import (
     HERMES_TOOLS_TAIL,
     IM_END,
     IM_START,
+    QWEN_TOOLS_HEAD,
     TOOL_CALL,
     TOOL_CALL_END,
     ChatML,
     arguments_json,
 )
+from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
 from .parsers.hermes import HermesParser
 from .parsers.think import ThinkParser
 
-THINK = "<think>"
-THINK_END = "</think>"
-TOOL_RESPONSE = "<tool_response>"
-TOOL_RESPONSE_END = "</tool_response>"
+#: Qwen3's history rule: reasoning is kept only after the last real user query.
+_HISTORY_RULE = ("last_query_index", "multi_step_tool")
 _INLINE = (TOOL_CALL, TOOL_CALL_END, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
 
 
@@ -67,26 +68,21 @@ class Qwen3(ChatML):
     """Qwen3 (hybrid thinking): byte-exact with the published Qwen3 chat template."""
 
     name = "qwen3"
+    fingerprint = Fingerprint(
+        "Qwen3 (ChatML, Hermes <tool_call> calls, <think> reasoning switched by "
+        "enable_thinking, kept after the last user query)",
+        requires=("<|im_start|>", "<tool_call>", "<think>", "enable_thinking", QWEN_TOOLS_HEAD),
+        any_of=_HISTORY_RULE,
+        tokens=CHATML_MARKUP | HERMES_MARKUP | THINK_MARKUP,
+        excludes=("<function=", "bos_token"),
+        fixed_system=(),
+        precedence=150,
+    )
+    rules: tuple[MessageRule, ...] = (JSON_CALL_NAMES, NeedsContent(), NoMetadata())
     controls = (*ChatML.controls, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
     turns_render_independently = False  # a new query drops the reasoning of the turns before
     reasoning: ReasoningMode = "switch"
     thinking = True
-
-    def _check_message(self, index: int, message: Message) -> None:
-        if message.content is None and message.role != "assistant":
-            raise ValidationError(
-                f"a {message.role} message needs content for the {self.name} template; set "
-                'content to a string (it may be "")',
-                index=index,
-                rule="content",
-            )
-        if message.metadata:
-            raise ValidationError(
-                f"the {self.name} template has no header metadata and would drop it; remove "
-                "'metadata'",
-                index=index,
-                rule="metadata",
-            )
 
     def _header(self, role: str, metadata: str | None) -> str:
         return role  # the template writes no metadata
@@ -211,12 +207,10 @@ class Qwen3(ChatML):
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (when thinking is on), then the answer's text and calls."""
-        return ThinkParser(
+        return ThinkParser.after_prompt_of(
+            self,
             self._answer_parser(id_factory),
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=THINK,
-            close_tag=THINK_END,
+            id_factory,
             started=self.thinking and self.prompt_opens_thought,
         )
 
@@ -237,6 +231,14 @@ class QwQ(Qwen3):
     true, so thinking is off unless a request turns it on."""
 
     name = "qwq"
+    fingerprint = Fingerprint(
+        "QwQ (ChatML, Hermes <tool_call> calls, <think> reasoning dropped from every earlier turn)",
+        requires=("<|im_start|>", "<tool_call>", "<think>", "</think>", QWEN_TOOLS_HEAD),
+        tokens=CHATML_MARKUP | HERMES_MARKUP | THINK_MARKUP,
+        excludes=(*_HISTORY_RULE, "<function=", "bos_token"),
+        fixed_system=(),
+        precedence=140,
+    )
     thinking = False
     prompt_opens_thought = True
 

@@ -26,10 +26,20 @@ from typing import Any
 from ..errors import SchemaError, ValidationError
 from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
+from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..validation import (
+    JSON_CALL_NAMES,
+    CallNames,
+    MessageRule,
+    NoMetadata,
+    SystemOnlyFirst,
+    check_messages,
+)
 from .base import StreamParser
 from .chatml import ENDOFTEXT, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END
+from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
 from .parsers.values import Schemas, render_value, tool_schemas
 from .parsers.xmlcalls import (
     FUNCTION,
@@ -39,8 +49,17 @@ from .parsers.xmlcalls import (
     XMLCallParser,
     value_rule,
 )
-from .qwen3 import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END, Qwen3, split_thought
+from .qwen3 import Qwen3, split_thought
 
+#: The calls (``<function=name>``, ``<parameter=name>``) and tool descriptions they write.
+_XML_MARKUP = frozenset(
+    f"<{slash}{tag}>"
+    for tag in ("function", "parameter", "parameters", "name", "description", "type")
+    for slash in ("", "/")
+)
+_VISION_MARKUP = frozenset({"<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"})
+#: ChatML with calls as ``<tool_call><function=name><parameter=name>``.
+_XML_CALL_MARKERS = ("<|im_start|>", "<tool_call>", "<function=", "<parameter=")
 _CALL_TAGS = (TOOL_CALL, TOOL_CALL_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
 _REMINDER = (
     "\n- Required parameters MUST be specified\n- You may provide optional reasoning for your "
@@ -77,12 +96,18 @@ def _bad_xml_name(name: str) -> bool:
     return not name or any(c in name for c in "<>\n")
 
 
+_XML_CALL_NAMES = CallNames(
+    _bad_xml_name, "'<', '>' or a newline", "the call's XML tags", bad_key=_bad_xml_name
+)
+
+
 class XMLCallsMixin(Qwen3):
     """What the two XML dialects share: the call layout, the parser and its tools, the
     grammar, and the rule on names."""
 
     #: The request's tools (name → parameters' ``properties``), set by :meth:`with_tools`.
     tool_schemas: Schemas | None = None
+    rules: tuple[MessageRule, ...] = (*Qwen3.rules, _XML_CALL_NAMES)
 
     def with_tools(self, tools: Sequence[ToolLike]) -> XMLCallsMixin:
         """This dialect with a request's ``tools``: its parser types each call's values by the
@@ -91,22 +116,6 @@ class XMLCallsMixin(Qwen3):
         configured = copy.copy(self)
         configured.tool_schemas = tool_schemas(tools)
         return configured
-
-    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        super().validate(conversation, strict=strict)
-        if not strict:
-            return
-        for i, m in enumerate(conversation.messages):
-            for call in m.tool_calls or ():
-                bad = [call.name] if _bad_xml_name(call.name) else []
-                bad += [k for k in call.arguments_dict() if _bad_xml_name(k)]
-                if bad:
-                    raise ValidationError(
-                        f"tool call name or parameter {bad[0]!r} is empty or holds '<', '>' or "
-                        "a newline, which break the call's XML tags; use a plain identifier",
-                        index=i,
-                        rule="tool-call-name",
-                    )
 
     def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
         if raw is not None:
@@ -149,6 +158,13 @@ class Qwen3Coder(XMLCallsMixin):
     """Qwen3-Coder: byte-exact with its published chat template; it does not reason."""
 
     name = "qwen3-coder"
+    fingerprint = Fingerprint(
+        "Qwen3-Coder (ChatML, <function=…> calls with <parameter=…>, no reasoning)",
+        requires=_XML_CALL_MARKERS,
+        tokens=CHATML_MARKUP | HERMES_MARKUP | _XML_MARKUP,
+        excludes=("<think>", "enable_thinking", "bos_token"),
+        precedence=160,
+    )
     controls = (IM_START, IM_END, ENDOFTEXT, *_CALL_TAGS)
     turns_render_independently = True
     reasoning = "never"
@@ -216,33 +232,25 @@ class Qwen35(XMLCallsMixin):
     """Qwen3.5: byte-exact with its published chat template; thinking on unless turned off."""
 
     name = "qwen3.5"
+    fingerprint = Fingerprint(
+        "Qwen3.5 (ChatML, <function=…> calls, <think> reasoning, vision tokens)",
+        requires=(*_XML_CALL_MARKERS, "<think>", "<|vision_start|>"),
+        tokens=CHATML_MARKUP | HERMES_MARKUP | THINK_MARKUP | _XML_MARKUP | _VISION_MARKUP,
+        excludes=("bos_token",),
+        precedence=170,
+    )
+    rules: tuple[MessageRule, ...] = (JSON_CALL_NAMES, NoMetadata(), _XML_CALL_NAMES)
     prompt_opens_thought = True
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
         super().validate(conversation, strict=strict)
         msgs = conversation.messages
-        for i, m in enumerate(msgs):
-            if m.role == "system" and i:
-                raise ValidationError(
-                    f"the {self.name} template takes a system message only at the beginning; "
-                    "move it first or merge it into the first one",
-                    index=i,
-                    rule="system-position",
-                )
+        check_messages(self.name, conversation, (SystemOnlyFirst(),))
         if not any(m.role == "user" and not _wrapped_results(m.text.strip()) for m in msgs):
             raise ValidationError(
                 f"the {self.name} template needs a user query (a user message that is not "
                 "tool results in <tool_response> tags); add one",
                 rule="no-query",
-            )
-
-    def _check_message(self, index: int, message: Message) -> None:
-        if message.metadata:
-            raise ValidationError(
-                f"the {self.name} template has no header metadata and would drop it; remove "
-                "'metadata'",
-                index=index,
-                rule="metadata",
             )
 
     def _last_query(self, msgs: Sequence[Message]) -> int:

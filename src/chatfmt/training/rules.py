@@ -13,47 +13,21 @@ and nothing here is needed. Two kinds of family do not, and this module says wha
 - **harmony** (gpt-oss) writes ``<|end|>`` into its history where the model emitted
   ``<|return|>`` (its final answer's stop), as the format's own rule for the history says.
 
-A dialect with neither property needs no entry; one whose history drops its stop token gets
-the generic :func:`closing_token` (the last stop token its tokenizer has).
+Each family declares its exception on the dialect (``Dialect.end_rule``, an
+:class:`~chatfmt.dialects.base.EndRule`), so a dialect from another package is trained by its
+own rule; one that declares none gets the generic :func:`closing_token` (the last stop token its
+tokenizer has).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ..dialects.base import Dialect
+from ..dialects.base import Dialect, EndRule
 from ..tokenizers.base import Tokenizer
 
 
-@dataclass(frozen=True, slots=True)
-class EndRule:
-    """A family's exception to "the reply carries its own stop token".
-
-    ``closing``: the stop token appended (and trained) after the last trained reply when that
-    reply holds no stop token (``None``: the generic choice of :func:`closing_token`).
-    ``history_end``/``served_end``: the history writes ``history_end`` where the model emitted
-    ``served_end``; the last reply is trained with ``served_end`` in its place, an earlier one
-    keeps ``history_end`` (what a later turn's prompt shows) without loss on it.
-    """
-
-    closing: str | None = None
-    history_end: str | None = None
-    served_end: str | None = None
-
-
-#: The families with an exception, by dialect name.
-END_RULES: dict[str, EndRule] = {
-    "chatglm3": EndRule(closing="</s>"),
-    "glm4": EndRule(closing="<|endoftext|>"),
-    "glm4.6": EndRule(closing="<|endoftext|>"),
-    "glm4.7": EndRule(closing="<|endoftext|>"),
-    "harmony": EndRule(history_end="<|end|>", served_end="<|return|>"),
-}
-
-
 def end_rule(dialect: Dialect) -> EndRule:
-    """The :class:`EndRule` of ``dialect`` (an empty one for most families)."""
-    return END_RULES.get(dialect.name, EndRule())
+    """The :class:`EndRule` ``dialect`` declares (an empty one for most families)."""
+    return dialect.end_rule
 
 
 def stop_ids(dialect: Dialect, tokenizer: Tokenizer) -> frozenset[int]:
@@ -63,7 +37,7 @@ def stop_ids(dialect: Dialect, tokenizer: Tokenizer) -> frozenset[int]:
 
 def closing_token(dialect: Dialect, tokenizer: Tokenizer) -> int | None:
     """The id appended after a last reply that holds no stop token: the family's own
-    end-of-sequence token where :data:`END_RULES` names one, else the last of the dialect's
+    end-of-sequence token where its :class:`EndRule` names one, else the last of the dialect's
     stop tokens that the tokenizer has (formats list their end-of-sequence stop last);
     ``None`` when it has none."""
     rule = end_rule(dialect)

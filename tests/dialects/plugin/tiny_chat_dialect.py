@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from chatfmt.dialects import Dialect
+from chatfmt.dialects.base import EndRule
+from chatfmt.dialects.fingerprint import Fingerprint
 from chatfmt.dialects.parsers.plain import PlainParser
 from chatfmt.messages import Conversation
 from chatfmt.segments import Block, BlockBuilder
@@ -15,6 +17,15 @@ class Tiny(Dialect):
     """``<<role>> content`` lines: no control tokens, no calls."""
 
     name = "tiny"
+    #: What its chat template (``tiny_chat_template.jinja`` beside this file) writes.
+    fingerprint = Fingerprint(
+        "Tiny chat (<<role>> lines)",
+        requires=("<<{{ message.role }}>> ", "<<assistant>> "),
+    )
+    #: Replies end with ``<|endoftext|>`` in training data (the generic rule would take the
+    #: last stop token, ``<|im_end|>``).
+    stop_controls = ("<|endoftext|>", "<|im_end|>")
+    end_rule = EndRule(closing="<|endoftext|>")
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
         return None

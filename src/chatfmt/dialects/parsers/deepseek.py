@@ -5,7 +5,7 @@
   R1 writes ``function<｜tool▁sep｜>NAME\\n```json\\n{…}\\n```<｜tool▁call▁end｜>`` with a newline
   between calls (``fenced``). The tokens arrive as control pieces (the decode pipeline splits
   them out of text), so only the name, the fence and the JSON are text.
-- DSML (V3.2, V4): in :mod:`.dsml`, on this module's :class:`TurnOutput`.
+- DSML (V3.2, V4): in :mod:`.dsml`, on :class:`.turn.TurnOutput`.
 
 A call is announced when its name is whole and ends complete only when its arguments close (the
 JSON object; the ``</｜DSML｜invoke>`` tag); one that does not is incomplete (:mod:`.calls`).
@@ -18,13 +18,14 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from ...events import Event, Finish, ParseResult, TextDelta
+from ...events import Event, Finish
 from ...grammar import Grammar, ToolLike, Trigger
 from ...grammar.calls import CallRules
 from ...grammar.gbnf import literal
 from ...jsonscan import WS, CallScanner
-from ..base import StreamParser, finish_reason_for, single_message_result
+from ..base import StreamParser, finish_reason_for
 from .calls import CallStream, cut_problem
+from .turn import TurnOutput
 from .xmlcalls import MAX_NAME
 
 BOS = "<｜begin▁of▁sentence｜>"
@@ -43,34 +44,6 @@ _NAME = re.compile(r"[^\s\"'<>\\]+\Z")
 def valid_name(name: str) -> bool:
     """A tool name as these formats write it: no whitespace, quotes, angle brackets."""
     return bool(_NAME.match(name))
-
-
-class TurnOutput:
-    """Text and calls of one turn: what the special-token and DSML parsers share."""
-
-    _content: list[str]
-    _events: list[Event]
-    _calls: CallStream
-    _warnings: list[str]
-    _finish: Literal["stop", "length"] | None
-
-    def _emit(self, event: Event) -> None:
-        self._events.append(event)
-
-    def _out(self, text: str) -> None:
-        if text:
-            self._content.append(text)
-            self._events.append(TextDelta(text))
-
-    def _take(self) -> list[Event]:
-        out, self._events = self._events, []
-        return out
-
-    def result(self) -> ParseResult:
-        calls = self._calls
-        return single_message_result(
-            self._content, calls.complete, self._finish, self._warnings, calls.incomplete
-        )
 
 
 # ==== Special tokens (R1, V3.1) ====
@@ -164,7 +137,7 @@ class SpecialCallsParser(TurnOutput, StreamParser):
             self._degrade(f"unexpected {token} in a tool call")
             if mode != _TAIL:
                 self._out(token)
-        return self._take()
+        return self._drain()
 
     def on_text(self, text: str) -> list[Event]:
         mode = self._mode
@@ -181,7 +154,7 @@ class SpecialCallsParser(TurnOutput, StreamParser):
         elif text.strip(WS) and not self._noted_skip:
             self._noted_skip = True
             self._warnings.append("the output after the malformed call was ignored")
-        return self._take()
+        return self._drain()
 
     def _between(self, text: str) -> None:
         if self._mode == _TAIL:
@@ -327,7 +300,7 @@ class SpecialCallsParser(TurnOutput, StreamParser):
         elif self._mode in (_TYPE, _NAME_M, _PRE) or (self._mode == _BLOCK and not self._in_block):
             self._degrade(f"the tool call {cut}")
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        return self._take()
+        return self._drain()
 
 
 # ==== Grammars ====

@@ -14,16 +14,17 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from ...decoding import held_suffix
 from ...events import Event, Finish
 from ...grammar import Grammar, ToolLike, Trigger
 from ...grammar.calls import CallRules
 from ...grammar.gbnf import literal
 from ...grammar.schema import SchemaConverter
 from ...jsonscan import WS
+from ...markup import held_suffix
 from ..base import StreamParser, finish_reason_for
 from .calls import CallStream, cut_problem
-from .deepseek import DSML, TurnOutput, valid_name
+from .deepseek import DSML, valid_name
+from .turn import TurnOutput
 from .xmlcalls import MAX_NAME
 
 # ==== DSML (V3.2, V4) ====
@@ -74,7 +75,7 @@ class DSMLCallsParser(TurnOutput, StreamParser):
         self._buf += text
         while self._buf and self._step():
             pass
-        return self._take()
+        return self._drain()
 
     def _step(self) -> bool:
         """Consume what can be decided of the buffer; ``False``: wait for more."""
@@ -286,7 +287,7 @@ class DSMLCallsParser(TurnOutput, StreamParser):
             self._out(self._buf)  # what was held as a possible tag is text
         self._buf = ""
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        return self._take()
+        return self._drain()
 
 
 # ==== Grammar ====

@@ -26,9 +26,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from ...decoding import held_suffix
 from ...events import Event, Finish, ParseResult, TextDelta
 from ...jsonscan import WS
+from ...markup import held_suffix
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
 from .minimax import json_value_text

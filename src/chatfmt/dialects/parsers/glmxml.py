@@ -25,11 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from ...decoding import held_suffix
 from ...errors import SchemaError
 from ...events import Event, Finish, ParseResult, TextDelta
 from ...grammar import CallRules, Grammar, ToolLike, Trigger
 from ...grammar.gbnf import literal
+from ...markup import held_suffix
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
 from .deepseek import valid_name

@@ -13,11 +13,12 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from ...decoding import held_suffix
-from ...events import Event, Finish, ParseResult, TextDelta
+from ...events import Event, Finish
 from ...jsonscan import WS, CallScanner
-from ..base import StreamParser, finish_reason_for, single_message_result
+from ...markup import held_suffix
+from ..base import StreamParser, finish_reason_for
 from .calls import CallStream, cut_problem
+from .turn import TurnOutput
 
 _NON_WS = re.compile(r"[^ \t\r\n]")
 _FENCE_INFO = ("", "json")
@@ -32,7 +33,7 @@ def _is_ws(text: str) -> bool:
 _LEAD, _TEXT, _TAG_OPEN, _FENCE_OPEN, _FENCE_PRE, _JSON, _TAG_TAIL, _FENCE_TAIL = range(8)
 
 
-class HermesParser(StreamParser):
+class HermesParser(TurnOutput, StreamParser):
     """Incremental parser of one assistant turn: text plus Hermes-style tool calls.
 
     ``open_tag`` / ``close_tag`` are the dialect's call tags (arriving as control tokens or as
@@ -88,8 +89,7 @@ class HermesParser(StreamParser):
     def on_text(self, text: str) -> list[Event]:
         self._process(text)
         self._flush_args()
-        out, self._events = self._events, []
-        return out
+        return self._drain()
 
     def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
         mode = self._mode
@@ -98,7 +98,7 @@ class HermesParser(StreamParser):
             self._emit_text(hold)
         elif mode == _LEAD:
             if self._first and self._lead:
-                self._out_text(self._lead)
+                self._out(self._lead)
         elif mode == _JSON and self._calls.open is not None:
             self._break_call(cut_problem(reason))
             self._end_call()
@@ -111,21 +111,9 @@ class HermesParser(StreamParser):
             self._end_call()
         self._drop_ws = ""
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        out, self._events = self._events, []
-        return out
-
-    def result(self) -> ParseResult:
-        calls = self._calls
-        return single_message_result(
-            self._content, calls.complete, self._finish, self._warnings, calls.incomplete
-        )
+        return self._drain()
 
     # ==== Output ====
-
-    def _out_text(self, text: str) -> None:
-        if text:
-            self._content.append(text)
-            self._events.append(TextDelta(text))
 
     def _emit_text(self, text: str) -> None:
         """Visible text; after a call, whitespace alone is only a separator and is held."""
@@ -138,7 +126,7 @@ class HermesParser(StreamParser):
             text = self._drop_ws + text
             self._drop_ws = ""
             self._droppable = False
-        self._out_text(text)
+        self._out(text)
 
     def _flush_args(self) -> None:
         if self._scan is not None:
@@ -228,7 +216,7 @@ class HermesParser(StreamParser):
                 before = before[:-1]
             else:
                 self._prefix = ""
-            self._out_text(before)
+            self._out(before)
         self._kind = "tag"
         self._raw = [open_tag]
         self._mode = _TAG_OPEN

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from ...events import Event, Finish, ParseResult, TextDelta
+from ...events import Event, Finish
 from ...jsonscan import WS, CallScanner
-from ..base import StreamParser, finish_reason_for, single_message_result
+from ..base import StreamParser, finish_reason_for
 from .calls import CallStream, cut_problem
+from .turn import TurnOutput
 
 # Modes: text; after the control; before an element; in an object; after an object; after the
 # list (whitespace dropped); after a broken call (ignored).
@@ -26,23 +27,10 @@ _TEXT, _OPEN, _ELEM, _JSON, _SEP, _AFTER, _SKIP = range(7)
 #: is no call: names are at most 64 characters under OpenAI's rule.
 _MAX_NAME = 256
 
-class _Streams:
+class _Streams(TurnOutput):
     """Output shared by both parsers: text, calls, the safe part of an open call's arguments."""
 
-    _content: list[str]
-    _events: list[Event]
     _scan: CallScanner | None
-    _calls: CallStream
-    _warnings: list[str]
-    _finish: Literal["stop", "length"] | None
-
-    def _emit(self, event: Event) -> None:
-        self._events.append(event)
-
-    def _out(self, text: str) -> None:
-        if text:
-            self._content.append(text)
-            self._events.append(TextDelta(text))
 
     def _flush_args(self) -> None:
         if self._scan is not None:
@@ -57,12 +45,6 @@ class _Streams:
         self._flush_args()
         self._calls.cut(problem)
         self._record()
-
-    def result(self) -> ParseResult:
-        calls = self._calls
-        return single_message_result(
-            self._content, calls.complete, self._finish, self._warnings, calls.incomplete
-        )
 
 
 class ToolCallsParser(_Streams, StreamParser):
@@ -136,8 +118,7 @@ class ToolCallsParser(_Streams, StreamParser):
                 self._mode, self._raw, text = _AFTER, [], text[1:]
             else:
                 self._degrade(f"expected a tool call object, got {c!r}")
-        out, self._events = self._events, []
-        return out
+        return self._drain()
 
     def _on_json(self, text: str) -> str:
         scan = self._scan
@@ -196,8 +177,7 @@ class ToolCallsParser(_Streams, StreamParser):
         elif mode in (_ELEM, _SEP):
             self._warnings.append(f"the tool call list {cut}")
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        out, self._events = self._events, []
-        return out
+        return self._drain()
 
 
 # Modes of a named call: its name; its id (after ``[CALL_ID]``); its arguments (after
@@ -261,8 +241,7 @@ class NamedCallsParser(_Streams, StreamParser):
                 self._degrade(f"tool call name {name!r} is not a function name")
         else:
             return self.on_text(token)
-        out, self._events = self._events, []
-        return out
+        return self._drain()
 
     def on_text(self, text: str) -> list[Event]:
         mode = self._mode
@@ -292,8 +271,7 @@ class NamedCallsParser(_Streams, StreamParser):
         elif mode == _SKIP and text.strip(WS) and not self._noted_skip:
             self._noted_skip = True
             self._warnings.append("the output after the malformed call was ignored")
-        out, self._events = self._events, []
-        return out
+        return self._drain()
 
     def _tail(self, text: str) -> None:
         if text.strip(WS) and not self._noted_tail:
@@ -378,5 +356,4 @@ class NamedCallsParser(_Streams, StreamParser):
         elif self._mode in (_NAME_MODE, _ID_MODE, _ARGS_MODE):
             self._degrade(f"the tool call {cut}")
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        out, self._events = self._events, []
-        return out
+        return self._drain()

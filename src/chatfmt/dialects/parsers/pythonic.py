@@ -17,11 +17,12 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from ...errors import PyCallError
-from ...events import Event, Finish, ParseResult, TextDelta
+from ...events import Event, Finish
 from ...jsonscan import WS
 from ...pycall import parse_tool_call
-from ..base import StreamParser, finish_reason_for, single_message_result
+from ..base import StreamParser, finish_reason_for
 from .calls import CallStream, OpenCall, cut_problem
+from .turn import TurnOutput
 
 # Modes: the reply's start (whitespace held); text; in a list; after a list (whitespace held);
 # after a broken list (ignored).
@@ -31,7 +32,7 @@ _ELEM, _NAME, _ARGS, _SEP = range(10, 14)
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
 
 
-class PythonicCallsParser(StreamParser):
+class PythonicCallsParser(TurnOutput, StreamParser):
     """One assistant turn: text, or lists of Python calls with literal keyword arguments.
 
     Every decision depends only on the characters seen (a string's opening quote waits for
@@ -64,8 +65,7 @@ class PythonicCallsParser(StreamParser):
 
     def on_text(self, text: str) -> list[Event]:
         self._feed(text)
-        out, self._events = self._events, []
-        return out
+        return self._drain()
 
     def _feed(self, text: str) -> None:
         while text:
@@ -234,14 +234,6 @@ class PythonicCallsParser(StreamParser):
             self._calls.record(raw)
         self._open, self._held = [], []
 
-    def _emit(self, event: Event) -> None:
-        self._events.append(event)  # the list of the moment: on_text hands each one out
-
-    def _out(self, text: str) -> None:
-        if text:
-            self._content.append(text)
-            self._events.append(TextDelta(text))
-
     # ==== End ====
 
     def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
@@ -259,11 +251,4 @@ class PythonicCallsParser(StreamParser):
             self._out("".join(self._held))
         self._held = []
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        out, self._events = self._events, []
-        return out
-
-    def result(self) -> ParseResult:
-        calls = self._calls
-        return single_message_result(
-            self._content, calls.complete, self._finish, self._warnings, calls.incomplete
-        )
+        return self._drain()

@@ -15,13 +15,16 @@ what each template strips again when it renders the turn back.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from ...decoding import held_suffix
 from ...events import Event, ParseResult, ReasoningDelta
+from ...markup import held_suffix
 from ...messages import Message
 from ...segments import Control
 from ..base import StreamParser
+
+if TYPE_CHECKING:
+    from ..base import Dialect
 
 # Where the parser is: before anything (a thought may open), inside the thought, after it.
 _LEAD, _THINK, _ANSWER = range(3)
@@ -63,6 +66,21 @@ class ThinkParser(StreamParser):
         self._skip_newlines = False  # right after the thought: the layout before the answer
 
     # ==== Public interface ====
+
+    @classmethod
+    def after_prompt_of(
+        cls,
+        dialect: Dialect,
+        answer: StreamParser,
+        id_factory: Callable[[], str] | None,
+        *,
+        started: bool = False,
+    ) -> ThinkParser:
+        """A ``<think>`` thought, then ``answer``: the parser of a reasoning family's reply to
+        ``dialect``'s generation prompt (``started``: the prompt opened the thought)."""
+        return cls(
+            answer, id_factory=id_factory, stop_controls=dialect.stop_controls, started=started
+        )
 
     def on_text(self, text: str) -> list[Event]:
         if self._mode == _ANSWER and not self._skip_newlines:

@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from ...decoding import held_suffix
 from ...events import Event, Finish, ParseResult, TextDelta
 from ...grammar import CallRules
 from ...grammar.gbnf import literal
 from ...grammar.schema import SchemaConverter
 from ...jsonscan import WS
+from ...markup import held_suffix
 from ..base import StreamParser, finish_reason_for, single_message_result
 from .calls import CallStream, cut_problem
 from .values import Schemas, json_text, parameter_schema, schema_types, typed_value
