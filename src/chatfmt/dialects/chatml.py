@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import WS_PATTERN, literal
+from ..markup import TOOL_CALL as TOOL_CALL
+from ..markup import TOOL_CALL_END as TOOL_CALL_END
 from ..markup import escape_lone_surrogates
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
@@ -27,8 +29,6 @@ from .parsers.hermes import HermesParser
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 ENDOFTEXT = "<|endoftext|>"
-TOOL_CALL = "<tool_call>"
-TOOL_CALL_END = "</tool_call>"
 
 QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 #: The tool section of Qwen's templates (Qwen2.5, QwQ, Qwen3), before the tool list.
@@ -53,6 +53,18 @@ def arguments_json(arguments: str) -> str:
     text = json.dumps(json.loads(arguments), ensure_ascii=False)
     # A lone surrogate (from a "\ud800" escape) is not text a tokenizer can take: keep it escaped.
     return escape_lone_surrogates(text)
+
+
+def render_hermes_call(b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
+    """One call as Hermes-style templates write it: ``<tool_call>`` (a control token where the
+    vocabulary has it), the JSON object on a line of its own, ``</tool_call>``; a call with
+    ``raw`` text re-renders to the tokens the model produced."""
+    if raw is not None:
+        b.tagged(raw)
+        return
+    b.control(TOOL_CALL, required=False)
+    b.text(f'\n{{"name": "{name}", "arguments": {arguments_json(arguments)}}}\n')
+    b.control(TOOL_CALL_END, required=False)
 
 
 class ChatML(Dialect):
@@ -175,14 +187,7 @@ class ChatML(Dialect):
             b.text("\n" + m.content)
         for call in m.tool_calls or ():
             b.text("\n")
-            if call.raw is not None:
-                # History re-renders to the tokens the model produced.
-                b.tagged(call.raw)
-            else:
-                b.control(TOOL_CALL, required=False)
-                args = arguments_json(call.arguments)
-                b.text(f'\n{{"name": "{call.name}", "arguments": {args}}}\n')
-                b.control(TOOL_CALL_END, required=False)
+            render_hermes_call(b, call.name, call.arguments, call.raw)
         b.control(IM_END)
         b.text("\n")
 
@@ -202,12 +207,7 @@ class ChatML(Dialect):
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """A fresh parser; ``id_factory`` makes tool call ids (deterministic ones in tests)."""
-        return HermesParser(
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=TOOL_CALL,
-            close_tag=TOOL_CALL_END,
-        )
+        return HermesParser(id_factory=id_factory, stop_controls=self.stop_controls)
 
 
 class Qwen25(ChatML):

@@ -23,7 +23,12 @@ from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import JSON_CALL_NAMES, MessageRule, NoMetadata
 from .base import Dialect, StreamParser
-from .chatml import TOOL_CALL, TOOL_CALL_END, arguments_json, hermes_call_grammar
+from .chatml import (
+    TOOL_CALL,
+    TOOL_CALL_END,
+    hermes_call_grammar,
+    render_hermes_call,
+)
 from .fingerprint import Fingerprint
 from .parsers.hermes import HermesParser
 
@@ -142,12 +147,7 @@ class Granite4(Dialect):
         return 1 if first_system else 0
 
     def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
-        if raw is not None:
-            b.tagged(raw)  # history re-renders to the tokens the model produced
-            return
-        b.control(TOOL_CALL, required=False)
-        b.text(f'\n{{"name": "{name}", "arguments": {arguments_json(arguments)}}}\n')
-        b.control(TOOL_CALL_END, required=False)
+        render_hermes_call(b, name, arguments, raw)
 
     def _render_results(
         self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
@@ -169,12 +169,7 @@ class Granite4(Dialect):
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Text and Hermes JSON calls (tagged, bare or fenced, as ChatML's parser reads them)."""
-        return HermesParser(
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=TOOL_CALL,
-            close_tag=TOOL_CALL_END,
-        )
+        return HermesParser(id_factory=id_factory, stop_controls=self.stop_controls)
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """The opening of a tagged call, up to the arguments when the tool is named."""

@@ -28,7 +28,7 @@ from .chatml import (
     TOOL_CALL,
     TOOL_CALL_END,
     ChatML,
-    arguments_json,
+    render_hermes_call,
 )
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
 from .parsers.hermes import HermesParser
@@ -148,12 +148,7 @@ class Qwen3(ChatML):
             self._render_call(b, call.name, call.arguments, call.raw)
 
     def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
-        if raw is not None:
-            b.tagged(raw)  # history re-renders to the tokens the model produced
-            return
-        b.control(TOOL_CALL, required=False)
-        b.text(f'\n{{"name": "{name}", "arguments": {arguments_json(arguments)}}}\n')
-        b.control(TOOL_CALL_END, required=False)
+        render_hermes_call(b, name, arguments, raw)
 
     def _render_results(
         self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
@@ -216,12 +211,7 @@ class Qwen3(ChatML):
 
     def _answer_parser(self, id_factory: Callable[[], str] | None) -> StreamParser:
         """The parser of what follows the thought: text and Hermes calls."""
-        return HermesParser(
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=TOOL_CALL,
-            close_tag=TOOL_CALL_END,
-        )
+        return HermesParser(id_factory=id_factory, stop_controls=self.stop_controls)
 
 
 class QwQ(Qwen3):

@@ -15,7 +15,7 @@ from typing import Literal
 
 from ...events import Event, Finish
 from ...jsonscan import WS, CallScanner
-from ...markup import held_suffix
+from ...markup import TOOL_CALL, TOOL_CALL_END, held_suffix
 from ..base import StreamParser, finish_reason_for
 from .calls import CallStream, cut_problem
 from .turn import TurnOutput
@@ -52,8 +52,8 @@ class HermesParser(TurnOutput, StreamParser):
         *,
         id_factory: Callable[[], str] | None = None,
         stop_controls: Sequence[str] = (),
-        open_tag: str | None = "<tool_call>",
-        close_tag: str | None = "</tool_call>",
+        open_tag: str | None = TOOL_CALL,
+        close_tag: str | None = TOOL_CALL_END,
         separator: str | None = None,
     ) -> None:
         super().__init__(id_factory=id_factory, stop_controls=stop_controls)
