@@ -18,7 +18,7 @@ from typing import Any, Literal
 from ..decoding import decode_turn, split_controls
 from ..errors import ReasoningOptionError
 from ..events import Event, FinishReason, IncompleteCall, ParseResult
-from ..grammar import Grammar, ToolLike
+from ..grammar import WORDS, Grammar, ToolLike
 from ..messages import Conversation, Message, Tool, ToolCall, as_conversation, new_call_id
 from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
@@ -132,6 +132,9 @@ class Dialect(ABC):
     fingerprint: Fingerprint | None = None
     #: How a turn ends in training data (see :class:`EndRule`; most families need none).
     end_rule: EndRule = EndRule()
+    #: Whether a reply is plain text and calls, so that an answer in words is a reply that
+    #: opens with a word (:meth:`answer_grammar`).
+    reply_in_words: bool = False
     #: Per-message rules of strict validation (shared ones from :mod:`chatfmt.validation`).
     rules: tuple[MessageRule, ...] = ()
 
@@ -327,9 +330,10 @@ class Dialect(ABC):
 
     def answer_grammar(self) -> Grammar | None:
         """A grammar for a reply in words only (no call, no JSON, no code), for a turn that
-        must answer rather than call; ``None`` where the reply has a structure of its own
-        (a metadata line, channels) that such a grammar would break."""
-        return None
+        must answer rather than call: a reply that opens with a word where the format's reply
+        is plain text (:attr:`reply_in_words`); ``None`` where the reply has a structure of its
+        own (a metadata line, channels) that such a grammar would break."""
+        return WORDS if self.reply_in_words else None
 
     def interpreter_observation(self, output: str) -> str:
         """The observation text for code-interpreter output (as the model was trained to read

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import WS_PATTERN, literal
 from ..markup import TOOL_CALL as TOOL_CALL
 from ..markup import TOOL_CALL_END as TOOL_CALL_END
@@ -67,6 +67,15 @@ def render_hermes_call(b: BlockBuilder, name: str, arguments: str, raw: str | No
     b.control(TOOL_CALL_END, required=False)
 
 
+def hermes_call_prefix(name: str | None) -> tuple[Segment, ...]:
+    """The opening of a Hermes-style call, up to its arguments when the tool is named: what
+    forces a call after the generation prompt."""
+    if name is None:
+        return (Control(TOOL_CALL, False), Text("\n"))
+    opening = '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
+    return (Control(TOOL_CALL, False), Text(opening))
+
+
 class ChatML(Dialect):
     """Plain ChatML: ``<|im_start|>{role}[ {metadata}]\\n{content}<|im_end|>\\n`` per message.
 
@@ -90,6 +99,7 @@ class ChatML(Dialect):
     rules: tuple[MessageRule, ...] = (JSON_CALL_NAMES,)
     controls: tuple[str, ...] = (IM_START, IM_END, ENDOFTEXT, TOOL_CALL, TOOL_CALL_END)
     stop_controls = (IM_END, ENDOFTEXT)
+    reply_in_words = True
     turns_render_independently = True
     #: System prompt used when the conversation has none (``None``: no system turn then, unless
     #: tools must be described).
@@ -154,10 +164,7 @@ class ChatML(Dialect):
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """The opening of a tagged call, up to the arguments when the tool is named."""
-        if name is None:
-            return (Control(TOOL_CALL, False), Text("\n"))
-        opening = '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
-        return (Control(TOOL_CALL, False), Text(opening))
+        return hermes_call_prefix(name)
 
     def call_grammar(
         self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
@@ -168,10 +175,6 @@ class ChatML(Dialect):
         return hermes_call_grammar(
             tools, TOOL_CALL, TOOL_CALL_END, required=required, single=single
         )
-
-    def answer_grammar(self) -> Grammar:
-        """A reply that opens with a word: plain text is all this format's reply is."""
-        return WORDS
 
     def _header(self, role: str, metadata: str | None) -> str:
         return f"{role} {metadata}" if metadata else role

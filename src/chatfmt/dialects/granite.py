@@ -15,18 +15,18 @@ offline: the tags ``<tool_call>``, ``</tool_call>``, ``<tool_response>`` and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
-from ..grammar import WORDS, Grammar, ToolLike
+from ..grammar import Grammar, ToolLike
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..segments import Block, BlockBuilder, Segment
 from ..validation import JSON_CALL_NAMES, MessageRule, NoMetadata
 from .base import Dialect, StreamParser
 from .chatml import (
     TOOL_CALL,
     TOOL_CALL_END,
     hermes_call_grammar,
+    hermes_call_prefix,
     render_hermes_call,
 )
 from .fingerprint import Fingerprint
@@ -71,6 +71,7 @@ class Granite4(Dialect):
     rules: tuple[MessageRule, ...] = (NoMetadata(), JSON_CALL_NAMES)
     controls = (START_OF_ROLE, END_OF_ROLE, END_OF_TEXT, *_TAGS)
     stop_controls = (END_OF_TEXT,)
+    reply_in_words = True
     turns_render_independently = True
     reasoning = "never"
     #: The system text written when the conversation has neither a system text nor tools
@@ -173,10 +174,7 @@ class Granite4(Dialect):
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """The opening of a tagged call, up to the arguments when the tool is named."""
-        if name is None:
-            return (Control(TOOL_CALL, False), Text("\n"))
-        opening = '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
-        return (Control(TOOL_CALL, False), Text(opening))
+        return hermes_call_prefix(name)
 
     def call_grammar(
         self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
@@ -185,10 +183,6 @@ class Granite4(Dialect):
         return hermes_call_grammar(
             tools, TOOL_CALL, TOOL_CALL_END, required=required, single=single
         )
-
-    def answer_grammar(self) -> Grammar:
-        """A reply that opens with a word: plain text is all this format's reply is."""
-        return WORDS
 
 
 class Granite41(Granite4):

@@ -98,6 +98,7 @@ class KimiK2(Dialect):
     )
     controls: tuple[str, ...] = (IM_SYSTEM, IM_USER, IM_ASSISTANT, IM_MIDDLE, IM_END, *CALL_TOKENS)
     stop_controls = (IM_END,)
+    reply_in_words = True
     turns_render_independently = False  # call ids count the calls of every turn before
     reasoning: ReasoningMode = "never"
     #: What follows the default system prompt (the K2 Instruct template writes a newline).
@@ -199,10 +200,6 @@ class KimiK2(Dialect):
     ) -> Grammar:
         """A section of calls of declared tools (lazy: from its opening token)."""
         return kimi_call_grammar(tools, required=required, single=single)
-
-    def answer_grammar(self) -> Grammar:
-        """A reply that opens with a word: plain text is all this format's reply is."""
-        return WORDS
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """The section's and the call's opening tokens, and the call's id (with

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from ..errors import PyCallError, ValidationError
 from ..events import Event, Finish
-from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import WS_PATTERN
 from ..jsonscan import WS
 from ..messages import Conversation, Message, ToolCall
@@ -123,6 +123,7 @@ class Llama3(Dialect):
     rules: tuple[MessageRule, ...] = (NoMetadata(),)
     controls = (BEGIN_OF_TEXT, END_OF_TEXT, START_HEADER, END_HEADER, EOM, EOT, PYTHON_TAG)
     stop_controls = (EOT, EOM, END_OF_TEXT)
+    reply_in_words = True
     turns_render_independently = True
 
     def __init__(self, *, today: str | datetime.date | None = None) -> None:
@@ -215,10 +216,6 @@ class Llama3(Dialect):
         if required:
             return c.grammar(call)
         return c.grammar(call, triggers=(Trigger("pattern_full", _JSON_CALL_START),))
-
-    def answer_grammar(self) -> Grammar:
-        """A reply that opens with a word: plain text is all this format's reply is."""
-        return WORDS
 
     # ==== Parsing ====
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ValidationError
-from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..messages import Conversation, Message, ToolCall
 from ..pycall import format_value, is_argument_name
@@ -168,6 +168,7 @@ class Llama4(Dialect):
         BEGIN_OF_TEXT, END_OF_TEXT, HEADER_START, HEADER_END, EOM, EOT, PYTHON_START, PYTHON_END,
     )  # fmt: skip
     stop_controls = (EOT, EOM, END_OF_TEXT)
+    reply_in_words = True
     turns_render_independently = True
 
     # ==== Validation ====
@@ -271,10 +272,6 @@ class Llama4(Dialect):
         if required:
             return c.grammar(root)
         return c.grammar(root, triggers=(Trigger("pattern_full", _CALL_START),))
-
-    def answer_grammar(self) -> Grammar:
-        """A reply that opens with a word: plain text is all this format's reply is."""
-        return WORDS
 
     # ==== Parsing ====
 

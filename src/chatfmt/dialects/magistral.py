@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from ..errors import ValidationError
-from ..grammar import Grammar, ToolLike, thought_first
+from ..grammar import WORDS, Grammar, ToolLike, thought_first
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control
 from ..validation import check_common
@@ -231,7 +231,7 @@ class Magistral(MistralV11):
         return self.after_thought(super().call_grammar(tools, required=required, single=single))
 
     def answer_grammar(self) -> Grammar:
-        return self.after_thought(super().answer_grammar())
+        return self.after_thought(WORDS)
 
     def after_thought(self, grammar: Grammar) -> Grammar:
         return thought_first(grammar, THINK, THINK_END)

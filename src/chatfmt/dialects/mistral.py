@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from ..errors import ValidationError
-from ..grammar import WORDS, CallRules, Grammar, ToolLike, Trigger
+from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..markup import escape_lone_surrogates
 from ..messages import Conversation, Message, Tool, ToolCall
@@ -113,6 +113,7 @@ class MistralV3(Dialect):
         BOS, EOS, INST, INST_END, TOOLS, TOOLS_END, RESULTS, RESULTS_END, CALLS,
     )  # fmt: skip
     stop_controls = (EOS,)
+    reply_in_words = True
     #: v3 folds the system prompts into the last user turn; v7 writes them in place.
     fold_system = True
 
@@ -265,10 +266,6 @@ class MistralV3(Dialect):
         body = f'{literal(CALLS)} {ws} "[" {ws} {calls} {ws} "]"'
         triggers = () if required else (Trigger("word", CALLS),)
         return c.grammar(body, triggers=triggers, preserved=(CALLS,))
-
-    def answer_grammar(self) -> Grammar:
-        """A reply that opens with a word: plain text is all this format's reply is."""
-        return WORDS
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """``[TOOL_CALLS]``, and the call's opening up to the arguments when it is named."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..grammar import Grammar, ToolLike, thought_first
+from ..grammar import WORDS, Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control, Segment, Text
@@ -186,7 +186,7 @@ class Qwen3(ChatML):
         return self._after_thought(grammar)
 
     def answer_grammar(self) -> Grammar:
-        return self._after_thought(super().answer_grammar())
+        return self._after_thought(WORDS)
 
     def after_thought(self, grammar: Grammar) -> Grammar:
         if not self.thinking:
