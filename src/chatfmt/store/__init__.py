@@ -13,7 +13,8 @@ per API key across requests and restarts.
 - the PostgreSQL backend, :class:`PostgresStore` (:mod:`.postgres`, the ``postgres`` extra),
   which replicas share, made of :mod:`.pg_schema` (tables, version, migrations),
   :mod:`.pg_rows` (responses and web conversations) and :mod:`.pg_policy` (the limits);
-- :mod:`.listing`: every owner's rows a page at a time, for ``chatfmt dataset export`` (with
+- :mod:`.listing`: every owner's rows a page at a time (:class:`ExportQuery` says which), for
+  ``chatfmt dataset export`` (with
   each backend's ``exchanges``: a chain's responses and the exact ids of each);
 - :mod:`.location`: which backend a ``--store`` names (a path, or a ``postgresql://`` URL),
   and the URL shown without its password.
@@ -31,7 +32,7 @@ from ..errors import BrokenChain, StoreError, StoreFull, StoreUnavailable
 from . import admin, postgres
 from .aio import AsyncStore
 from .connection import SCHEMA_VERSION
-from .listing import ExportKind
+from .listing import ExportKind, ExportQuery
 from .location import is_postgres, redact
 from .pg_schema import PG_SCHEMA_VERSION
 from .postgres import PostgresStore
@@ -59,6 +60,7 @@ __all__ = [
     "ConversationStorage",
     "ExactIds",
     "ExportKind",
+    "ExportQuery",
     "ExportStorage",
     "PostgresStore",
     "ResponseStorage",
