@@ -6,6 +6,8 @@ per API key across requests and restarts.
 - :mod:`.types`: what it keeps and gives back (:class:`ExactIds`, :class:`Chain`,
   :class:`StoredResponse`, :func:`owner_of`, :func:`view_of`);
 - :mod:`.aio`: :class:`AsyncStore`, a store's calls awaited on its own threads;
+- :mod:`.chains`: what a response row holds and how a chain is read back from its rows, the
+  same for both backends;
 - the SQLite backend, :class:`ResponseStore` (:mod:`.sqlite`), made of :mod:`.connection`
   (file, schema, migrations, the transaction helper), :mod:`.responses` (response chains and
   exact ids), :mod:`.conversations` (web conversations), :mod:`.policy` (age and size limits,
@@ -14,8 +16,8 @@ per API key across requests and restarts.
   which replicas share, made of :mod:`.pg_schema` (tables, version, migrations),
   :mod:`.pg_rows` (responses and web conversations) and :mod:`.pg_policy` (the limits);
 - :mod:`.listing`: every owner's rows a page at a time (:class:`ExportQuery` says which), for
-  ``chatfmt dataset export`` (with
-  each backend's ``exchanges``: a chain's responses and the exact ids of each);
+  ``chatfmt dataset export`` (with each backend's ``exchanges``: a chain's responses and the
+  exact ids of each);
 - :mod:`.location`: which backend a ``--store`` names (a path, or a ``postgresql://`` URL),
   and the URL shown without its password.
 
