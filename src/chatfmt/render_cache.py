@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .context import render_extension
@@ -141,49 +142,29 @@ def _last_key(raw: object) -> object:
     )
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class _Entry:
     """One request: its messages as sent and as converted, and its prompt (never changed
     after it is stored, so threads may share it)."""
 
-    __slots__ = ("chars", "conversation", "dialect", "generation", "prompt", "raw", "strict")
-
-    def __init__(
-        self,
-        raw: list[Mapping[str, Any]],
-        conversation: Conversation,
-        prompt: RenderedPrompt,
-        dialect: Dialect,
-        strict: bool,
-        generation: bool,
-        chars: int,
-    ) -> None:
-        self.raw = raw
-        self.conversation = conversation
-        self.prompt = prompt
-        self.dialect = dialect
-        self.strict = strict
-        self.generation = generation
-        self.chars = chars
+    raw: list[Mapping[str, Any]]
+    conversation: Conversation
+    prompt: RenderedPrompt
+    dialect: Dialect
+    strict: bool
+    generation: bool
+    chars: int
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class Lookup:
     """The messages of a request, and the stored request they extend (if any)."""
 
-    __slots__ = ("chars", "entry", "messages", "plain", "raw")
-
-    def __init__(
-        self,
-        raw: list[Mapping[str, Any]],
-        messages: list[Message],
-        entry: _Entry | None,
-        plain: bool,
-        chars: int,
-    ) -> None:
-        self.raw = raw
-        self.messages = messages
-        self.entry = entry
-        self.plain = plain
-        self.chars = chars
+    raw: list[Mapping[str, Any]]
+    messages: list[Message]
+    entry: _Entry | None
+    plain: bool
+    chars: int
 
 
 class ConversationCache:

@@ -4,10 +4,12 @@ ids each row kept."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from chatfmt.errors import BrokenChain
-from chatfmt.store import ExactIds, StoredRef
+from chatfmt.store import ExactIds, ExportQuery, StoredRef
 
 from .helpers import MakeStore, response, rows
 
@@ -16,11 +18,12 @@ def _at(store: object, rid: str, t: float) -> None:
     rows(store, "UPDATE responses SET created_at = ? WHERE id = ?", t, rid)
 
 
-def _pages(store: object, limit: int, **filters: object) -> list[list[str]]:
+def _pages(store: object, limit: int, **filters: Any) -> list[list[str]]:
     pages: list[list[str]] = []
     after: StoredRef | None = None
     while True:
-        page = store.export_refs("responses", after=after, limit=limit, **filters)  # type: ignore[attr-defined]
+        query = ExportQuery("responses", **filters)
+        page = store.export_refs(query, after=after, limit=limit)  # type: ignore[attr-defined]
         if not page:
             return pages
         pages.append([r.id for r in page])
@@ -44,7 +47,7 @@ def test_responses_page_by_time_owner_and_id(make_store: MakeStore) -> None:
     assert _pages(store, 10, last_only=True) == [["b1", "b2", "a3"]]
     assert _pages(store, 10, owner="a") == [["a1", "a2", "a3"]]
     assert _pages(store, 10, since=200.0, until=400.0) == [["a2", "b1", "b2"]]
-    [first] = store.export_refs("responses", limit=1)
+    [first] = store.export_refs(ExportQuery("responses"), limit=1)
     assert first == StoredRef("a", "a1", 100.0)
 
 
@@ -52,14 +55,15 @@ def test_web_conversations_page_too(make_store: MakeStore) -> None:
     store = make_store(max_age_days=None)
     for owner, cid in (("a", "c-one"), ("b", "c-two"), ("a", "c-three")):
         store.save_conversation(owner, cid, "t", {"messages": []})
-    found = store.export_refs("conversations", limit=2)
-    found += store.export_refs("conversations", after=found[-1], limit=2)
+    every = ExportQuery("conversations")
+    found = store.export_refs(every, limit=2)
+    found += store.export_refs(every, after=found[-1], limit=2)
     assert sorted((r.owner, r.id) for r in found) == [
         ("a", "c-one"),
         ("a", "c-three"),
         ("b", "c-two"),
     ]
-    assert [r.id for r in store.export_refs("conversations", owner="b")] == ["c-two"]
+    assert [r.id for r in store.export_refs(ExportQuery("conversations", owner="b"))] == ["c-two"]
 
 
 def test_exchanges_give_each_rows_exact_ids(make_store: MakeStore) -> None:

@@ -33,7 +33,7 @@ from ..training.build import TRUNCATIONS, Report, build
 from ..training.export import META_FIELDS, ExportReport, export
 from ..training.sinks import open_sink
 from ..training.sources import FORMATS, read_rows
-from .options import add_dialect, fail
+from .options import add_dialect, fail, tokenizer_names
 
 
 def add_dataset_parser(sub: Any) -> None:
@@ -44,8 +44,8 @@ def add_dataset_parser(sub: Any) -> None:
     b.add_argument("input", help="JSONL: OpenAI chat, ShareGPT or Responses API items per line")
     add_dialect(b)
     b.add_argument("--tokenizer", required=True,
-                   help="the model's tokenizer: a name (qwen2.5, qwen3, cl100k_base, …) or the "
-                   "path of tokenizer.json, tokenizer.model, *.tiktoken or *.gguf")  # fmt: skip
+                   help=f"the model's tokenizer: a name ({tokenizer_names()}) or the path of "
+                   "tokenizer.json, tokenizer.model, *.tiktoken or *.gguf")  # fmt: skip
     b.add_argument("--output", "-o", required=True, metavar="OUT",
                    help="OUT.parquet (needs chatfmt[dataset]) or OUT.jsonl")  # fmt: skip
     b.add_argument("--format", choices=FORMATS, default="auto",
@@ -198,8 +198,8 @@ def _print_report(report: Report, output: Path) -> None:
         )
     if r.turns_untrained:
         lines.append(f"assistant turns left untrained (--unstable skip): {r.turns_untrained}")
-    for reason, count in r.dropped.most_common():
-        lines.append(f"dropped ({reason}): {count}, first at {r.first_dropped[reason]}")
+    for reason, count in r.dropped.counts.most_common():
+        lines.append(f"dropped ({reason}): {count}, first at {r.dropped.first[reason]}")
     print("\n".join(lines), file=sys.stderr)
 
 
@@ -335,6 +335,6 @@ def _print_export_report(report: ExportReport, output: Path) -> None:
             f"exact rows ending without their last stop token (stored before chatfmt kept it; "
             f"that stop untrained): {r.no_stop}"
         )
-    for reason, count in r.skipped.most_common():
-        lines.append(f"skipped ({reason}): {count}, first {r.first_skipped[reason]}")
+    for reason, count in r.skipped.counts.most_common():
+        lines.append(f"skipped ({reason}): {count}, first {r.skipped.first[reason]}")
     print("\n".join(lines), file=sys.stderr)

@@ -31,6 +31,7 @@ from .options import (
     engine_options,
     fail,
     load_tools_file,
+    tokenizer_names,
 )
 
 #: Tokenizer used when ``--tokenizer`` is not given.
@@ -208,10 +209,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _add_tokenizer(p: argparse.ArgumentParser) -> None:
+    defaults = ", ".join(f"{t} for {d}" for d, t in DEFAULT_TOKENIZER.items())
     p.add_argument(
         "--tokenizer",
-        help="cl100k_base, o200k_base, qwen2.5, or a path to tokenizer.model, tokenizer.json, "
-        "*.tiktoken or *.gguf (default: cl100k_base for chatml, qwen2.5 for qwen2.5)",
+        help=f"{tokenizer_names()}, or a path to tokenizer.model, tokenizer.json, *.tiktoken or "
+        f"*.gguf (default: {defaults})",
     )
 
 

@@ -11,8 +11,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..dialects import list_dialects
+from ..dialects import DIALECT_CONSTRUCTORS, list_dialects
 from ..errors import ChatFmtError
+from ..tokenizers import TOKENIZER_CONSTRUCTORS
 
 if TYPE_CHECKING:
     from ..server.http.limits import ServerLimits
@@ -30,7 +31,8 @@ def add_dialect(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     """``--dialect NAME``; optional for the commands that take a ``--model``, whose own chat
     template tells the dialect when it is left out."""
     # Not a closed choices= list: any registered dialect, plugins included, is accepted, and
-    # plugins load only when a command names a dialect.
+    # plugins load only when a command names a dialect. The help lists the registry's table as
+    # it is now (every built-in dialect, in its order), so that it never falls behind it.
     default = (
         ""
         if required
@@ -42,12 +44,15 @@ def add_dialect(p: argparse.ArgumentParser, *, required: bool = True) -> None:
         required=required,
         type=_dialect_name,
         metavar="NAME",
-        help="chat format to use: a built-in dialect (chatml, qwen2.5, qwen3, qwq, qwen3-coder, "
-        "qwen3.5, deepseek-r1, deepseek-v3.1, deepseek-v3.2, deepseek-v4, chatglm3, glm4, "
-        "glm4.6, glm4.7, kimi-k2, kimi-k2-thinking, "
-        "llama3, mistral-v3, mistral-v7, mistral-v11, gemma3, harmony) or one an installed "
-        f"plugin adds{default}",
+        help=f"chat format to use: a dialect ({', '.join(DIALECT_CONSTRUCTORS)}) or one an "
+        f"installed plugin adds{default}",
     )
+
+
+def tokenizer_names() -> str:
+    """The tokenizers known by name, for a help text: read from the registry's table, so that
+    the help lists every one."""
+    return ", ".join(TOKENIZER_CONSTRUCTORS)
 
 
 def _dialect_name(name: str) -> str:

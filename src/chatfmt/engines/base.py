@@ -12,11 +12,14 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import EngineError
 from ..grammar import Grammar
 from ..tokenizers.base import Tokenizer
+
+if TYPE_CHECKING:
+    from ..tokenizers.gguf import GGUFTokenizer
 
 #: What an engine can constrain: nothing, whole completions, or also lazily (after a trigger).
 GrammarSupport = Literal["none", "full", "lazy"]
@@ -199,3 +202,25 @@ class Engine(ABC):
                 f"exceeds the context length {self.context_length}; shorten the conversation "
                 "or lower max_tokens"
             )
+
+
+class GGUFEngine(Engine):
+    """An engine of one GGUF model run by llama.cpp (in this process or in a child): its
+    vocabulary read from the model, and the context it serves (:meth:`_serve_context`)."""
+
+    _tokenizer: GGUFTokenizer
+    _context_length: int
+
+    def _serve_context(self, asked: int | None, allocated: int, train: int) -> None:
+        """Serve ``allocated`` tokens of context (those ``asked`` for, or a default), capped
+        at the model's training context ``train`` when none were asked for (``train`` 0 or
+        less: the model does not say)."""
+        self._context_length = allocated if asked or train <= 0 else min(allocated, train)
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    @property
+    def tokenizer(self) -> GGUFTokenizer:
+        return self._tokenizer

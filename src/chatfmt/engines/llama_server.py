@@ -32,7 +32,7 @@ from ..errors import (
     RemoteHTTPError,
 )
 from ..tokenizers.gguf import GGUFTokenizer
-from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams, model_file
+from .base import GenerationChunk, GGUFEngine, GrammarSupport, SamplingParams, model_file
 from .remote import RemoteEngine
 from .supervisor import Supervisor
 
@@ -75,7 +75,7 @@ def find_llama_server(explicit: str | os.PathLike[str] | None = None) -> Path:
     )
 
 
-class LlamaServerEngine(Engine):
+class LlamaServerEngine(GGUFEngine):
     """A GGUF model served by a supervised ``llama-server`` child with ``parallel`` slots.
 
     ``n_ctx`` is the context of each slot (default 4096, capped at the model's training
@@ -118,7 +118,7 @@ class LlamaServerEngine(Engine):
         self._tokenizer = GGUFTokenizer(path)
         train = self._tokenizer.n_ctx_train
         slot_ctx = n_ctx or DEFAULT_SLOT_CONTEXT
-        self._context_length = slot_ctx if n_ctx or train <= 0 else min(slot_ctx, train)
+        self._serve_context(n_ctx, slot_ctx, train)
         self._threads = n_threads
         self._cache_mb = prompt_cache_mb
         self._extra = list(extra_args)
@@ -136,14 +136,6 @@ class LlamaServerEngine(Engine):
         )
 
     # ==== Properties ====
-
-    @property
-    def context_length(self) -> int:
-        return self._context_length
-
-    @property
-    def tokenizer(self) -> GGUFTokenizer:
-        return self._tokenizer
 
     @property
     def grammar_support(self) -> GrammarSupport:

@@ -25,14 +25,14 @@ from typing import Any
 from .._imports import require
 from ..errors import EngineError
 from ..tokenizers.gguf import GGUFTokenizer, _llama_cpp
-from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams, model_file
+from .base import GenerationChunk, GGUFEngine, GrammarSupport, SamplingParams, model_file
 
 DEFAULT_N_CTX = 4096
 
 _Item = GenerationChunk | BaseException
 
 
-class LocalEngine(Engine):
+class LocalEngine(GGUFEngine):
     """A GGUF model in this process.
 
     ``n_ctx`` defaults to 4096 tokens, or the model's training context if that is smaller;
@@ -67,7 +67,7 @@ class LocalEngine(Engine):
             raise EngineError(f"llama.cpp cannot load {str(path)!r}: {exc}") from None
         train = int(llama_cpp.llama_model_n_ctx_train(self._llm.model))
         allocated = int(self._llm.n_ctx())
-        self._context_length = allocated if n_ctx or train <= 0 else min(allocated, train)
+        self._serve_context(n_ctx, allocated, train)
         self._tokenizer = GGUFTokenizer(self._llm)
         vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
         # End-of-generation ids that are real control tokens. llama.cpp also flags look-alikes
@@ -86,14 +86,6 @@ class LocalEngine(Engine):
         # llama-cpp-python takes a grammar for the whole completion; lazy grammars (triggers)
         # are not in its API.
         return "full"
-
-    @property
-    def context_length(self) -> int:
-        return self._context_length
-
-    @property
-    def tokenizer(self) -> GGUFTokenizer:
-        return self._tokenizer
 
     @property
     def llama(self) -> Any:

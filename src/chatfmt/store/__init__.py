@@ -6,6 +6,8 @@ per API key across requests and restarts.
 - :mod:`.types`: what it keeps and gives back (:class:`ExactIds`, :class:`Chain`,
   :class:`StoredResponse`, :func:`owner_of`, :func:`view_of`);
 - :mod:`.aio`: :class:`AsyncStore`, a store's calls awaited on its own threads;
+- :mod:`.chains`: what a response row holds and how a chain is read back from its rows, the
+  same for both backends;
 - the SQLite backend, :class:`ResponseStore` (:mod:`.sqlite`), made of :mod:`.connection`
   (file, schema, migrations, the transaction helper), :mod:`.responses` (response chains and
   exact ids), :mod:`.conversations` (web conversations), :mod:`.policy` (age and size limits,
@@ -13,8 +15,9 @@ per API key across requests and restarts.
 - the PostgreSQL backend, :class:`PostgresStore` (:mod:`.postgres`, the ``postgres`` extra),
   which replicas share, made of :mod:`.pg_schema` (tables, version, migrations),
   :mod:`.pg_rows` (responses and web conversations) and :mod:`.pg_policy` (the limits);
-- :mod:`.listing`: every owner's rows a page at a time, for ``chatfmt dataset export`` (with
-  each backend's ``exchanges``: a chain's responses and the exact ids of each);
+- :mod:`.listing`: every owner's rows a page at a time (:class:`ExportQuery` says which), for
+  ``chatfmt dataset export`` (with each backend's ``exchanges``: a chain's responses and the
+  exact ids of each);
 - :mod:`.location`: which backend a ``--store`` names (a path, or a ``postgresql://`` URL),
   and the URL shown without its password.
 
@@ -31,7 +34,7 @@ from ..errors import BrokenChain, StoreError, StoreFull, StoreUnavailable
 from . import admin, postgres
 from .aio import AsyncStore
 from .connection import SCHEMA_VERSION
-from .listing import ExportKind
+from .listing import ExportKind, ExportQuery
 from .location import is_postgres, redact
 from .pg_schema import PG_SCHEMA_VERSION
 from .postgres import PostgresStore
@@ -59,6 +62,7 @@ __all__ = [
     "ConversationStorage",
     "ExactIds",
     "ExportKind",
+    "ExportQuery",
     "ExportStorage",
     "PostgresStore",
     "ResponseStorage",

@@ -9,6 +9,7 @@ and where the tables live.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .types import StoredRef
@@ -17,22 +18,31 @@ from .types import StoredRef
 ExportKind = Literal["responses", "conversations"]
 
 
+@dataclass(frozen=True, slots=True)
+class ExportQuery:
+    """Which rows an export lists: those of ``kind``, of ``owner`` (``None``: every owner),
+    with ``since <= time < until`` (seconds since the epoch; ``None``: no bound);
+    ``last_only``: only the responses no other response continues (each chain's last)."""
+
+    kind: ExportKind
+    owner: str | None = None
+    since: float | None = None
+    until: float | None = None
+    last_only: bool = False
+
+
 def refs_query(
-    kind: ExportKind,
+    query: ExportQuery,
     *,
     after: StoredRef | None,
     limit: int,
-    owner: str | None,
-    since: float | None,
-    until: float | None,
-    last_only: bool,
     param: str = "?",
     schema: str = "",
 ) -> tuple[str, list[Any]]:
     """The SQL (``param``: the driver's placeholder, ``schema``: the tables' prefix) and its
-    parameters listing a page of ``kind``: rows after ``after`` in (time, owner, id) order,
-    of ``owner`` (``None``: every owner), with ``since <= time < until``; ``last_only``: only
-    responses no other response continues (each chain's last)."""
+    parameters listing a page of ``query``'s rows: up to ``limit`` after ``after`` in (time,
+    owner, id) order."""
+    kind, owner, since, until = query.kind, query.owner, query.since, query.until
     if kind == "responses":
         table, at = f"{schema}responses", "created_at"
     elif kind == "conversations":
@@ -53,7 +63,7 @@ def refs_query(
     if until is not None:
         where.append(f"{at} < {param}")
         args.append(until)
-    if last_only and kind == "responses":
+    if query.last_only and kind == "responses":
         # Along the previous_id index: one probe per row.
         where.append(f"NOT EXISTS (SELECT 1 FROM {table} c WHERE c.previous_id = r.id)")
     sql = f"SELECT owner, id, {at} FROM {table} r"

@@ -18,13 +18,12 @@ id)`` and ``(owner, updated_at, id)`` indexes, and deleted in one statement per 
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from . import pg_rows
 from .pg_schema import SCHEMA
-from .policy import STEP_SHARE, Limits, shed
+from .policy import STEP_SHARE, Limits, choose, kept_conversation, merge_oldest, shed
 
 if TYPE_CHECKING:
     from .pg_schema import Conn
@@ -77,8 +76,7 @@ def fit_size(
     protected = set(pg_rows.ancestry(conn, keep)) if keep is not None else set()
 
     def evict(owner: str, budget: int) -> int:
-        web = keep_conversation
-        kept_web = web[1] if web is not None and web[0] == owner else None
+        kept_web = kept_conversation(keep_conversation, owner)
         return _evict(conn, owner, budget, protected, kept_web)
 
     shed(active, remaining, evict, writer=writer, max_mb=limits.max_mb)
@@ -87,25 +85,18 @@ def fit_size(
 def _evict(conn: Conn, owner: str, budget: int, protected: set[str], kept_web: str | None) -> int:
     """Delete ``owner``'s oldest rows until ``budget`` bytes are freed, or none is left that
     may go; the bytes freed."""
-    chosen_responses: set[str] = set()
-    chosen_web: list[str] = []
-    freed = 0
-    for kind, key, size in _oldest_first(conn, owner, kept_web):
-        if freed >= budget:
-            break
-        if kind == "web":
-            chosen_web.append(key)
-            freed += max(size, 1)
-        elif key not in protected and key not in chosen_responses:
-            # The response and those continuing it, along the previous_id index.
-            rows = conn.execute(
-                f"{pg_rows.DESCENDANTS}SELECT id, {pg_rows.ROW_BYTES} FROM {SCHEMA}.responses "
-                "WHERE id IN (SELECT id FROM doomed)",
-                (key,),
-            ).fetchall()
-            new = [(rid, int(n)) for rid, n in rows if rid not in chosen_responses]
-            chosen_responses.update(rid for rid, _ in new)
-            freed += max(sum(n for _, n in new), 1)
+
+    def descendants(key: str) -> list[tuple[str, int]]:
+        # The response and those continuing it, along the previous_id index.
+        rows = conn.execute(
+            f"{pg_rows.DESCENDANTS}SELECT id, {pg_rows.ROW_BYTES} FROM {SCHEMA}.responses "
+            "WHERE id IN (SELECT id FROM doomed)",
+            (key,),
+        ).fetchall()
+        return [(rid, int(n)) for rid, n in rows]
+
+    candidates = _oldest_first(conn, owner, kept_web)
+    chosen_responses, chosen_web, freed = choose(candidates, budget, protected, descendants)
     if chosen_responses:
         conn.execute(
             f"DELETE FROM {SCHEMA}.responses WHERE id = ANY(%s)", (sorted(chosen_responses),)
@@ -119,9 +110,9 @@ def _evict(conn: Conn, owner: str, budget: int, protected: set[str], kept_web: s
 
 
 def _oldest_first(conn: Conn, owner: str, kept_web: str | None) -> Iterator[tuple[str, str, int]]:
-    """``owner``'s responses and web conversations, oldest first (a response before a web
-    conversation of the same time): ``(kind, id, bytes)``, the bytes of a response being found
-    when it is chosen. Each kind is read a page at a time, as eviction needs it."""
+    """``owner``'s responses and web conversations, oldest first (:func:`.policy.merge_oldest`),
+    the bytes of a response being found when it is chosen. Each kind is read a page at a time,
+    as eviction needs it."""
     responses = _paged(
         conn,
         f"SELECT created_at, id, 0 FROM {SCHEMA}.responses WHERE owner = %s "
@@ -135,13 +126,7 @@ def _oldest_first(conn: Conn, owner: str, kept_web: str | None) -> Iterator[tupl
         "ORDER BY updated_at, id LIMIT %s",
         (owner, kept_web),
     )
-    merged = heapq.merge(
-        ((t, 0, key, n) for t, key, n in responses),
-        ((t, 1, key, n) for t, key, n in webs),
-        key=lambda item: item[:2],
-    )
-    for _t, kind, key, size in merged:
-        yield ("web" if kind else "response"), key, size
+    return merge_oldest(responses, webs)
 
 
 def _paged(conn: Conn, sql: str, args: tuple[str | None, ...]) -> Iterator[tuple[float, str, int]]:

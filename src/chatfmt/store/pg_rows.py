@@ -4,7 +4,7 @@
 A response is kept only as the continuation of a whole chain (:func:`check_continues`, else
 :class:`~chatfmt.errors.BrokenChain` and nothing kept); a chain is read back in one recursive
 statement (one snapshot, one round trip, however long it is), and its exact ids joined as
-SQLite's are (:func:`~.types.join_ids`).
+SQLite's are (:mod:`.chains`).
 
 The functions take a connection in the state they need (a transaction holding the key's lock
 for the writes); :class:`~.postgres.PostgresStore` opens it and takes the locks.
@@ -13,21 +13,17 @@ for the writes); :class:`~.postgres.PostgresStore` opens it and takes the locks.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BrokenChain
-from .pg_schema import CONVERSATION_BYTES, RESPONSE_BYTES, SCHEMA
-from .types import (
-    MAX_CHAIN,
-    Chain,
-    ExactIds,
-    StoredExchange,
-    StoredResponse,
-    join_ids,
-    pack_ids,
-    unpack_ids,
+from .chains import (
+    ChainReader,
+    broken_on_read,
+    broken_while_written,
+    exact_of,
+    insert_sql,
 )
+from .pg_schema import CONVERSATION_BYTES, RESPONSE_BYTES, SCHEMA
+from .types import MAX_CHAIN, Chain, StoredExchange, StoredResponse
 
 if TYPE_CHECKING:
     from .pg_schema import Conn
@@ -44,35 +40,10 @@ DESCENDANTS = (
 )
 
 
-def insert(
-    conn: Conn,
-    owner: str,
-    response: dict[str, Any],
-    input_items: Sequence[dict[str, Any]],
-    messages: Sequence[dict[str, Any]],
-    exact: ExactIds | None,
-    now: float,
-) -> None:
-    """Write a response row (in the caller's transaction, after :func:`check_continues`)."""
-    conn.execute(
-        f"INSERT INTO {SCHEMA}.responses (id, owner, previous_id, created_at, response, "
-        "input_items, messages, view, ids_base, ids, reply, stop) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            response["id"],
-            owner,
-            response.get("previous_response_id"),
-            now,
-            json.dumps(response, ensure_ascii=False),
-            json.dumps(list(input_items), ensure_ascii=False),
-            json.dumps(list(messages), ensure_ascii=False),
-            None if exact is None else exact.view,
-            None if exact is None else exact.base,
-            None if exact is None else pack_ids(exact.tail),
-            None if exact is None else exact.reply,
-            None if exact is None else exact.stop,
-        ),
-    )
+def insert(conn: Conn, row: dict[str, Any]) -> None:
+    """Write a response's row (:func:`~.chains.response_row`), in the caller's transaction,
+    after :func:`check_continues`."""
+    conn.execute(insert_sql(f"{SCHEMA}.responses", row, "%s"), tuple(row.values()))
 
 
 def check_continues(conn: Conn, owner: str, previous: str) -> None:
@@ -88,17 +59,10 @@ def check_continues(conn: Conn, owner: str, previous: str) -> None:
         (previous, owner, owner, MAX_CHAIN),
     ).fetchone()
     if row is None:
-        gone = previous
-    else:
-        before, depth = row
-        if before is None or depth >= MAX_CHAIN:
-            return
-        gone = before
-    where = "the response it continues" if gone == previous else "an earlier response"
-    raise BrokenChain(
-        f"response {gone!r}, {where}, is gone (deleted, evicted or past its age while this "
-        "one was generated): this response was not stored; start a new conversation"
-    )
+        raise broken_while_written(previous, previous)
+    before, depth = row
+    if before is not None and depth < MAX_CHAIN:
+        raise broken_while_written(before, previous)
 
 
 def ancestry(conn: Conn, response_id: str) -> list[str]:
@@ -149,27 +113,11 @@ def chain(conn: Conn, owner: str, response_id: str) -> Chain | None:
         return None
     missing = rows[-1][0]
     if missing is not None and len(rows) < MAX_CHAIN:
-        raise BrokenChain(
-            f"response {missing!r}, an earlier part of this conversation, is gone "
-            "(deleted or past its age); start a new conversation"
-        )
-    parts: list[list[dict[str, Any]]] = []
-    pieces: list[tuple[int, bytes]] = []  # (base, tail) from the newest back to an anchor
-    exact = True  # the ids are still being followed back
+        raise broken_on_read(missing)
+    reader = ChainReader()
     for _previous, added, _view, base, tail, _reply in rows:
-        if exact:
-            if tail is None or base is None:
-                pieces, exact = [], False  # not kept: the conversation is rendered
-            else:
-                pieces.append((base, bytes(tail)))
-                exact = base > 0
-        parts.append(json.loads(added))
-    view, reply = rows[0][2], rows[0][5] or 0
-    messages = [m for part in reversed(parts) for m in part]
-    ids = join_ids(pieces)
-    if ids is None or view is None or not 0 <= reply <= len(ids):
-        return Chain(messages)
-    return Chain(messages, ids, view, reply)
+        reader.add(json.loads(added), base, tail)
+    return reader.chain(rows[0][2], rows[0][5] or 0)
 
 
 def exchanges(conn: Conn, owner: str, response_id: str) -> list[StoredExchange] | None:
@@ -192,17 +140,11 @@ def exchanges(conn: Conn, owner: str, response_id: str) -> list[StoredExchange] 
         return None
     missing = rows[0][1]
     if missing is not None and len(rows) < MAX_CHAIN:
-        raise BrokenChain(
-            f"response {missing!r}, an earlier part of this conversation, is gone "
-            "(deleted or past its age); start a new conversation"
-        )
-    found: list[StoredExchange] = []
-    for rid, _previous, created, added, view, base, tail, reply, stop in rows:
-        exact = None
-        if view is not None and base is not None and tail is not None and reply is not None:
-            exact = ExactIds(view, base, unpack_ids(bytes(tail)), reply, stop)
-        found.append(StoredExchange(rid, float(created), json.loads(added), exact))
-    return found
+        raise broken_on_read(missing)
+    return [
+        StoredExchange(rid, float(created), json.loads(added), exact_of(*kept))
+        for rid, _previous, created, added, *kept in rows
+    ]
 
 
 # ==== The web chat's conversations ====

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 
 from ..errors import StoreFull
@@ -95,11 +95,16 @@ class Limits:
         protected = set(responses.ancestry(db, keep)) if keep is not None else set()
 
         def evict(owner: str, budget: int) -> int:
-            web = keep_conversation
-            kept_web = web[1] if web is not None and web[0] == owner else None
+            kept_web = kept_conversation(keep_conversation, owner)
             return _evict(db, owner, budget, protected, kept_web)
 
         shed(active, remaining, evict, writer=writer, max_mb=self.max_mb)
+
+
+def kept_conversation(keep: tuple[str, str] | None, owner: str) -> str | None:
+    """The id of ``owner``'s web conversation that eviction leaves, of ``keep`` (the (owner,
+    id) of the one just saved): ``None`` for any other owner."""
+    return keep[1] if keep is not None and keep[0] == owner else None
 
 
 def shed(
@@ -148,32 +153,65 @@ def _level(usage: Sequence[int], amount: int) -> int:
     return 0
 
 
+def choose(
+    candidates: Iterable[tuple[str, str, int]],
+    budget: int,
+    protected: set[str],
+    descendants: Callable[[str], list[tuple[str, int]]],
+) -> tuple[set[str], list[str], int]:
+    """What goes of one key's rows to free ``budget`` bytes, whatever the backend:
+    ``candidates`` are its rows oldest first (:func:`merge_oldest`), ``descendants(id)`` a
+    response and those continuing it with their bytes (they go together); a response in
+    ``protected`` stays. The responses and web conversations chosen, and the bytes they free
+    (a row counts at least one, so that rows of no size still end the walk)."""
+    chosen_responses: set[str] = set()
+    chosen_web: list[str] = []
+    freed = 0
+    for kind, key, size in candidates:
+        if freed >= budget:
+            break
+        if kind == "web":
+            chosen_web.append(key)
+            freed += max(size, 1)
+        elif key not in protected and key not in chosen_responses:
+            new = [(rid, n) for rid, n in descendants(key) if rid not in chosen_responses]
+            chosen_responses.update(rid for rid, _ in new)
+            freed += max(sum(n for _, n in new), 1)
+    return chosen_responses, chosen_web, freed
+
+
+def merge_oldest(
+    responses: Iterable[tuple[float, str, int]], webs: Iterable[tuple[float, str, int]]
+) -> Iterator[tuple[str, str, int]]:
+    """One key's responses and web conversations, each given as ``(time, id, bytes)`` oldest
+    first, as one walk oldest first (a response before a web conversation of the same time):
+    ``(kind, id, bytes)``."""
+    merged = heapq.merge(
+        ((t, 0, key, n) for t, key, n in responses),
+        ((t, 1, key, n) for t, key, n in webs),
+        key=lambda item: item[:2],
+    )
+    for _t, kind, key, size in merged:
+        yield ("web" if kind else "response"), key, size
+
+
 def _evict(
     db: sqlite3.Connection, owner: str, budget: int, protected: set[str], kept_web: str | None
 ) -> int:
     """Delete ``owner``'s oldest rows until ``budget`` bytes are freed, or none is left that
     may go; the bytes freed."""
-    chosen_responses: set[str] = set()
-    chosen_web: list[str] = []
-    freed = 0
+
+    def descendants(key: str) -> list[tuple[str, int]]:
+        # The response and those continuing it, along the previous_id index.
+        return db.execute(
+            f"{responses.DESCENDANTS}SELECT id, {responses.ROW_BYTES} FROM responses "
+            "WHERE id IN (SELECT id FROM doomed)",
+            (key,),
+        ).fetchall()
+
     # Chosen first, deleted after: the index cursors are not read across their own deletes.
     with closing(_oldest_first(db, owner, kept_web)) as candidates:
-        for kind, key, size in candidates:
-            if freed >= budget:
-                break
-            if kind == "web":
-                chosen_web.append(key)
-                freed += max(size, 1)
-            elif key not in protected and key not in chosen_responses:
-                # The response and those continuing it, along the previous_id index.
-                rows = db.execute(
-                    f"{responses.DESCENDANTS}SELECT id, {responses.ROW_BYTES} FROM responses "
-                    "WHERE id IN (SELECT id FROM doomed)",
-                    (key,),
-                ).fetchall()
-                new = [(rid, n) for rid, n in rows if rid not in chosen_responses]
-                chosen_responses.update(rid for rid, _ in new)
-                freed += max(sum(n for _, n in new), 1)
+        chosen_responses, chosen_web, freed = choose(candidates, budget, protected, descendants)
     for chunk in _chunks(sorted(chosen_responses)):
         marks = ",".join("?" * len(chunk))
         db.execute(f"DELETE FROM responses WHERE id IN ({marks})", chunk)
@@ -188,11 +226,10 @@ def _evict(
 def _oldest_first(
     db: sqlite3.Connection, owner: str, kept_web: str | None
 ) -> Generator[tuple[str, str, int], None, None]:
-    """``owner``'s responses and web conversations, oldest first (a response before a web
-    conversation of the same time), each read from its index as it is needed:
-    ``(kind, id, bytes)``, the bytes of a response being found when it is chosen."""
+    """``owner``'s responses and web conversations, oldest first (:func:`merge_oldest`), each
+    read from its index as it is needed; the bytes of a response are found when it is chosen."""
     rows = db.execute(
-        "SELECT created_at, id FROM responses WHERE owner = ? ORDER BY created_at, rowid",
+        "SELECT created_at, id, 0 FROM responses WHERE owner = ? ORDER BY created_at, rowid",
         (owner,),
     )
     webs = db.execute(
@@ -201,13 +238,7 @@ def _oldest_first(
         (owner, kept_web),
     )
     try:
-        merged = heapq.merge(
-            ((t, 0, rid, 0) for t, rid in rows),
-            ((t, 1, cid, n) for t, cid, n in webs),
-            key=lambda item: item[:2],
-        )
-        for _t, kind, key, size in merged:
-            yield ("web" if kind else "response"), key, size
+        yield from merge_oldest(rows, webs)
     finally:
         rows.close()
         webs.close()

@@ -47,7 +47,8 @@ from .._imports import require
 from ..errors import StoreError, StoreUnavailable
 from . import listing, pg_policy, pg_rows
 from .aio import READERS, WRITERS
-from .listing import ExportKind
+from .chains import response_row
+from .listing import ExportQuery
 from .location import HIDDEN, redact
 from .pg_schema import (
     OWNER_SEED,
@@ -291,7 +292,8 @@ class PostgresStore:
         def write(conn: Conn, alone: bool) -> None:
             if previous is not None:
                 pg_rows.check_continues(conn, owner, previous)
-            pg_rows.insert(conn, owner, response, input_items, messages, exact, now)
+            row = response_row(owner, response, input_items, messages, exact, now)
+            pg_rows.insert(conn, row)
             self._fit(conn, alone, writer=owner, keep=response["id"])
 
         self._write(write, owner=owner)
@@ -319,28 +321,12 @@ class PostgresStore:
     # ==== Export (chatfmt dataset export) ====
 
     def export_refs(
-        self,
-        kind: ExportKind,
-        *,
-        after: StoredRef | None = None,
-        limit: int = 500,
-        owner: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        last_only: bool = False,
+        self, query: ExportQuery, *, after: StoredRef | None = None, limit: int = 500
     ) -> list[StoredRef]:
         """A page of every owner's responses or web conversations (see
         :func:`.listing.refs_query`)."""
         sql, args = listing.refs_query(
-            kind,
-            after=after,
-            limit=limit,
-            owner=owner,
-            since=since,
-            until=until,
-            last_only=last_only,
-            param="%s",
-            schema=f"{SCHEMA}.",
+            query, after=after, limit=limit, param="%s", schema=f"{SCHEMA}."
         )
         return self._read(lambda conn: listing.refs(conn.execute(sql, args).fetchall()))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .listing import ExportKind
+from .listing import ExportQuery
 from .types import Chain, ExactIds, StoredExchange, StoredRef, StoredResponse
 
 
@@ -80,19 +80,10 @@ class ExportStorage(Protocol):
     only the joined ids of the whole chain, not where each reply lies in them)."""
 
     def export_refs(
-        self,
-        kind: ExportKind,
-        *,
-        after: StoredRef | None = None,
-        limit: int = 500,
-        owner: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        last_only: bool = False,
+        self, query: ExportQuery, *, after: StoredRef | None = None, limit: int = 500
     ) -> list[StoredRef]:
-        """Up to ``limit`` responses or web conversations after ``after``, in (time, owner,
-        id) order: of ``owner`` (``None``: all), with ``since <= time < until`` (seconds since
-        the epoch); ``last_only``: only the responses no other continues."""
+        """Up to ``limit`` of the responses or web conversations ``query`` selects, after
+        ``after``, in (time, owner, id) order."""
         ...
 
     def exchanges(self, owner: str, response_id: str) -> list[StoredExchange] | None:

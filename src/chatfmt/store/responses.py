@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator
 from typing import Any
 
-from ..errors import BrokenChain
-from .connection import RESPONSE_BYTES
-from .types import (
-    MAX_CHAIN,
-    Chain,
-    ExactIds,
-    StoredExchange,
-    StoredResponse,
-    join_ids,
-    pack_ids,
-    unpack_ids,
+from .chains import (
+    ChainReader,
+    broken_on_read,
+    broken_while_written,
+    exact_of,
+    insert_sql,
 )
+from .connection import RESPONSE_BYTES
+from .types import MAX_CHAIN, Chain, StoredExchange, StoredResponse
 
 #: What a response row holds, in bytes (SQL over the row's columns).
 ROW_BYTES = RESPONSE_BYTES.format(row="")
@@ -47,36 +44,11 @@ DESCENDANTS = (
 )
 
 
-def insert(
-    db: sqlite3.Connection,
-    owner: str,
-    response: dict[str, Any],
-    input_items: Sequence[dict[str, Any]],
-    messages: Sequence[dict[str, Any]],
-    exact: ExactIds | None,
-    now: float,
-) -> None:
-    """Write a response row (in the caller's transaction, after :func:`check_continues`)."""
-    db.execute(
-        "INSERT INTO responses (id, owner, previous_id, created_at, response, input_items, "
-        "conversation, messages, view, ids_base, ids, reply, stop) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            response["id"],
-            owner,
-            response.get("previous_response_id"),
-            now,
-            json.dumps(response, ensure_ascii=False),
-            json.dumps(list(input_items), ensure_ascii=False),
-            "null",
-            json.dumps(list(messages), ensure_ascii=False),
-            None if exact is None else exact.view,
-            None if exact is None else exact.base,
-            None if exact is None else pack_ids(exact.tail),
-            None if exact is None else exact.reply,
-            None if exact is None else exact.stop,
-        ),
-    )
+def insert(db: sqlite3.Connection, row: dict[str, Any]) -> None:
+    """Write a response's row (:func:`~.chains.response_row`), in the caller's transaction,
+    after :func:`check_continues`."""
+    row = dict(row, conversation="null")  # the version-1 column that held a whole conversation
+    db.execute(insert_sql("responses", row, "?"), tuple(row.values()))
 
 
 def check_continues(db: sqlite3.Connection, owner: str, previous: str) -> None:
@@ -94,17 +66,10 @@ def check_continues(db: sqlite3.Connection, owner: str, previous: str) -> None:
         (previous, owner, owner, MAX_CHAIN),
     ).fetchone()
     if row is None:
-        gone = previous
-    else:
-        before, whole, depth = row
-        if before is None or whole or depth >= MAX_CHAIN:
-            return
-        gone = before
-    where = "the response it continues" if gone == previous else "an earlier response"
-    raise BrokenChain(
-        f"response {gone!r}, {where}, is gone (deleted, evicted or past its age while this "
-        "one was generated): this response was not stored; start a new conversation"
-    )
+        raise broken_while_written(previous, previous)
+    before, whole, depth = row
+    if before is not None and not whole and depth < MAX_CHAIN:
+        raise broken_while_written(before, previous)
 
 
 def ancestry(db: sqlite3.Connection, response_id: str) -> list[str]:
@@ -135,76 +100,55 @@ def delete(db: sqlite3.Connection, owner: str, response_id: str) -> bool:
     return cursor.rowcount > 0
 
 
-def chain(db: sqlite3.Connection, owner: str, response_id: str) -> Chain | None:
-    """The conversation up to and including ``response_id`` (``None``: no such response of
-    this owner), with its exact ids where every row they come from kept them;
-    :class:`~chatfmt.errors.BrokenChain` when an earlier response of it is gone."""
-    parts: list[list[dict[str, Any]]] = []
-    pieces: list[tuple[int, bytes]] = []  # (base, tail) from the newest back to an anchor
-    view: str | None = None
-    reply = 0
-    exact = True  # the ids are still being followed back
+def _back(db: sqlite3.Connection, owner: str, response_id: str, columns: str) -> Iterator[Any]:
+    """The owner's rows of the conversation up to ``response_id``, newest first, each as its
+    id, its messages (a version-1 row's: the whole conversation, which starts the chain) and
+    then ``columns``; none when ``response_id`` is not the owner's;
+    :class:`~chatfmt.errors.BrokenChain` when an earlier row is gone. One query per row,
+    along the primary key."""
     current: str | None = response_id
-    while current is not None and len(parts) < MAX_CHAIN:
+    for depth in range(MAX_CHAIN):
+        if current is None:
+            return
         row = db.execute(
-            "SELECT previous_id, conversation, messages, view, ids_base, ids, reply "
+            f"SELECT previous_id, conversation, messages, {columns} "
             "FROM responses WHERE id = ? AND owner = ?",
             (current, owner),
         ).fetchone()
         if row is None:
-            if not parts:
-                return None
-            raise BrokenChain(
-                f"response {current!r}, an earlier part of this conversation, is gone "
-                "(deleted or past its age); start a new conversation"
-            )
-        previous, whole, added, row_view, base, tail, row_reply = row
-        if not parts:
+            if depth == 0:
+                return
+            raise broken_on_read(current)
+        previous, whole, added, *rest = row
+        yield current, json.loads(whole if added is None else added), *rest
+        current = None if added is None else previous
+
+
+def chain(db: sqlite3.Connection, owner: str, response_id: str) -> Chain | None:
+    """The conversation up to and including ``response_id`` (``None``: no such response of
+    this owner), with its exact ids where every row they come from kept them;
+    :class:`~chatfmt.errors.BrokenChain` when an earlier response of it is gone."""
+    reader = ChainReader()
+    view: str | None = None
+    reply = 0
+    for _rid, messages, row_view, base, tail, row_reply in _back(
+        db, owner, response_id, "view, ids_base, ids, reply"
+    ):
+        if not reader.parts:
             view, reply = row_view, row_reply or 0
-        if exact:
-            if tail is None or base is None:
-                pieces, exact = [], False  # not kept: the conversation is rendered
-            else:
-                pieces.append((base, tail))
-                exact = base > 0
-        if added is None:  # a version-1 row: it holds the whole conversation
-            parts.append(json.loads(whole))
-            break
-        parts.append(json.loads(added))
-        current = previous
-    messages = [m for part in reversed(parts) for m in part]
-    ids = join_ids(pieces)
-    if ids is None or view is None or not 0 <= reply <= len(ids):
-        return Chain(messages)
-    return Chain(messages, ids, view, reply)
+        reader.add(messages, base, tail)
+    return reader.chain(view, reply) if reader.parts else None
 
 
 def exchanges(db: sqlite3.Connection, owner: str, response_id: str) -> list[StoredExchange] | None:
     """The responses of the conversation up to and including ``response_id``, oldest first,
     each with its exact ids as stored (``None``: no such response of this owner);
     :class:`~chatfmt.errors.BrokenChain` when an earlier response of it is gone."""
-    found: list[StoredExchange] = []
-    current: str | None = response_id
-    while current is not None and len(found) < MAX_CHAIN:
-        row = db.execute(
-            "SELECT previous_id, created_at, conversation, messages, view, ids_base, ids, reply, "
-            "stop FROM responses WHERE id = ? AND owner = ?",
-            (current, owner),
-        ).fetchone()
-        if row is None:
-            if not found:
-                return None
-            raise BrokenChain(
-                f"response {current!r}, an earlier part of this conversation, is gone "
-                "(deleted or past its age); start a new conversation"
-            )
-        previous, created, whole, added, view, base, tail, reply, stop = row
-        exact = None
-        if view is not None and base is not None and tail is not None and reply is not None:
-            exact = ExactIds(view, base, unpack_ids(tail), reply, stop)
-        # A version-1 row holds its whole conversation (and no ids): it starts the chain.
-        messages = json.loads(whole if added is None else added)
-        found.append(StoredExchange(current, created, messages, exact))
-        current = None if added is None else previous
+    found = [
+        StoredExchange(rid, created, messages, exact_of(*kept))
+        for rid, messages, created, *kept in _back(
+            db, owner, response_id, "created_at, view, ids_base, ids, reply, stop"
+        )
+    ]
     found.reverse()
-    return found
+    return found or None

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from . import admin, conversations, listing, responses
+from .chains import response_row
 from .connection import Database
-from .listing import ExportKind
+from .listing import ExportQuery
 from .policy import Limits
 from .types import Chain, ExactIds, StoredExchange, StoredRef, StoredResponse
 
@@ -76,7 +77,8 @@ class ResponseStore:
             self._limits.apply_age(db, now)
             if previous is not None:
                 responses.check_continues(db, owner, previous)
-            responses.insert(db, owner, response, input_items, messages, exact, now)
+            row = response_row(owner, response, input_items, messages, exact, now)
+            responses.insert(db, row)
             self._limits.fit_size(db, writer=owner, keep=response["id"])
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
@@ -103,27 +105,11 @@ class ResponseStore:
     # ==== Export (chatfmt dataset export) ====
 
     def export_refs(
-        self,
-        kind: ExportKind,
-        *,
-        after: StoredRef | None = None,
-        limit: int = 500,
-        owner: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        last_only: bool = False,
+        self, query: ExportQuery, *, after: StoredRef | None = None, limit: int = 500
     ) -> list[StoredRef]:
         """A page of every owner's responses or web conversations (see
         :func:`.listing.refs_query`)."""
-        sql, args = listing.refs_query(
-            kind,
-            after=after,
-            limit=limit,
-            owner=owner,
-            since=since,
-            until=until,
-            last_only=last_only,
-        )
+        sql, args = listing.refs_query(query, after=after, limit=limit)
         with self._database.reading() as db:
             return listing.refs(db.execute(sql, args).fetchall())
 

@@ -105,17 +105,3 @@ def unpack_ids(blob: bytes) -> list[int]:
     if sys.byteorder == "big":
         ids.byteswap()
     return ids.tolist()
-
-
-def join_ids(pieces: list[tuple[int, bytes]]) -> list[int] | None:
-    """A chain's exact ids from its rows' pieces, ``(base, packed tail)`` from the newest row
-    back to an anchor (a row of base 0); ``None`` when they do not join up (the chain is then
-    rendered). Shared by the backends, so that both read the same ids back."""
-    if not pieces or pieces[-1][0] != 0:
-        return None
-    ids: list[int] = []
-    for base, tail in reversed(pieces):
-        if base != len(ids):
-            return None  # each row continues its predecessor's whole exchange
-        ids += unpack_ids(tail)
-    return ids

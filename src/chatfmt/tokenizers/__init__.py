@@ -96,8 +96,8 @@ def list_tokenizers() -> list[str]:
 
 @functools.lru_cache(maxsize=16)
 def load_tokenizer(name_or_path: str) -> Tokenizer:
-    """A tokenizer by name (``cl100k_base``, ``o200k_base``, ``o200k_harmony``, ``qwen2.5``,
-    ``qwen3``, ``qwen3.5``, ``deepseek-v3``, ``deepseek-v4``) or by path.
+    """A tokenizer by name (:data:`TOKENIZER_CONSTRUCTORS`, :func:`list_tokenizers`) or by
+    path.
 
     Paths: ``tokenizer.model`` (SentencePiece, ChatGLM3 layout; or, as Meta ships Llama 3's,
     a tiktoken rank file), ``tokenizer.json`` (Hugging Face), ``*.tiktoken`` (rank file),

@@ -12,7 +12,8 @@ import gzip
 import hashlib
 import threading
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -283,16 +284,16 @@ def from_tiktoken_file(path: Path, *, pat_str: str | None = None) -> TiktokenTok
 
 
 def from_rank_file(path: Path) -> TiktokenTokenizer:
-    """A tiktoken rank file, whatever its name: Llama 3's vocabulary when it has Llama 3's
-    128,000 ranks (Meta ships it as ``tokenizer.model``), else :func:`from_tiktoken_file`."""
+    """A tiktoken rank file, whatever its name: Llama 3's or Llama 4's vocabulary when it has
+    their 128,000 or 200,000 ranks (Meta ships them as ``tokenizer.model``), else
+    :func:`from_tiktoken_file`."""
     try:
         ranks = _parse_ranks(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise TokenizerError(f"cannot read tiktoken rank file {str(path)!r}: {exc}") from None
-    if len(ranks) == LLAMA3_FIRST_SPECIAL_ID:
-        return _llama3_tokenizer(ranks)
-    if len(ranks) == LLAMA4_FIRST_SPECIAL_ID:
-        return _llama4_tokenizer(ranks)
+    for meta in (_LLAMA3, _LLAMA4):
+        if len(ranks) == meta.ranks:
+            return meta.tokenizer(ranks)
     return from_tiktoken_file(path)
 
 
@@ -371,40 +372,12 @@ class Llama3Tokenizer(TiktokenTokenizer):
 
 def llama3_from_file(path: Path) -> Llama3Tokenizer:
     """Llama 3's ``tokenizer.model`` (a tiktoken rank file of 128,000 ranks)."""
-    try:
-        ranks = _parse_ranks(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise TokenizerError(f"cannot read Llama 3 tokenizer {str(path)!r}: {exc}") from None
-    if len(ranks) != LLAMA3_FIRST_SPECIAL_ID:
-        raise TokenizerError(
-            f"{str(path)!r} has {len(ranks)} ranks, but Llama 3's tokenizer.model has "
-            f"{LLAMA3_FIRST_SPECIAL_ID}; point at the model's own tokenizer.json or GGUF instead"
-        )
-    return _llama3_tokenizer(ranks)
-
-
-def _llama3_tokenizer(ranks: dict[bytes, int]) -> Llama3Tokenizer:
-    return Llama3Tokenizer(
-        "llama3",
-        pat_str=LLAMA3_PAT_STR,
-        mergeable_ranks=ranks,
-        controls=llama3_controls(),
-        vocab_size=LLAMA3_FIRST_SPECIAL_ID + LLAMA3_NUM_SPECIALS,
-    )
+    return _LLAMA3.from_file(path)
 
 
 def llama3() -> Llama3Tokenizer:
     """Llama 3's vocabulary from an installed ``llama-models`` (not a chatfmt dependency)."""
-    import importlib.util
-
-    if importlib.util.find_spec("llama_models") is None:
-        raise TokenizerError(
-            "the 'llama3' tokenizer reads tokenizer.model from Meta's llama-models package: "
-            "`pip install llama-models`, or pass --tokenizer the model's tokenizer.json or GGUF"
-        )
-    path = resources.files("llama_models") / "llama3" / "tokenizer.model"
-    with resources.as_file(path) as file:
-        return llama3_from_file(Path(file))
+    return _LLAMA3.installed()
 
 
 # ==== Llama 4 ====
@@ -451,40 +424,71 @@ def llama4_controls() -> dict[str, int]:
 def llama4_from_file(path: Path) -> Llama3Tokenizer:
     """Llama 4's ``tokenizer.model`` (a tiktoken rank file of 200,000 ranks). Meta's encoder
     cuts long runs as Llama 3's does, so the same class encodes it."""
-    try:
-        ranks = _parse_ranks(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise TokenizerError(f"cannot read Llama 4 tokenizer {str(path)!r}: {exc}") from None
-    if len(ranks) != LLAMA4_FIRST_SPECIAL_ID:
-        raise TokenizerError(
-            f"{str(path)!r} has {len(ranks)} ranks, but Llama 4's tokenizer.model has "
-            f"{LLAMA4_FIRST_SPECIAL_ID}; point at the model's own tokenizer.json or GGUF instead"
-        )
-    return _llama4_tokenizer(ranks)
-
-
-def _llama4_tokenizer(ranks: dict[bytes, int]) -> Llama3Tokenizer:
-    return Llama3Tokenizer(
-        "llama4",
-        pat_str=LLAMA4_PAT_STR,
-        mergeable_ranks=ranks,
-        controls=llama4_controls(),
-        vocab_size=LLAMA4_FIRST_SPECIAL_ID + LLAMA4_NUM_SPECIALS,
-    )
+    return _LLAMA4.from_file(path)
 
 
 def llama4() -> Llama3Tokenizer:
     """Llama 4's vocabulary from an installed ``llama-models`` (not a chatfmt dependency)."""
-    import importlib.util
+    return _LLAMA4.installed()
 
-    if importlib.util.find_spec("llama_models") is None:
-        raise TokenizerError(
-            "the 'llama4' tokenizer reads tokenizer.model from Meta's llama-models package: "
-            "`pip install llama-models`, or pass --tokenizer the model's tokenizer.json or GGUF"
+
+# ==== Meta's rank files, Llama 3 and 4 alike ====
+
+
+@dataclass(frozen=True, slots=True)
+class _MetaVocab:
+    """What tells Meta's tiktoken vocabularies apart: ``name`` (also the folder of
+    ``llama-models`` that ships its ``tokenizer.model``), ``title`` (in messages), the
+    pre-tokenizer pattern, how many ranks the file holds (the first special id follows them),
+    how many special tokens follow, and their names by id."""
+
+    name: str
+    title: str
+    pat_str: str
+    ranks: int
+    specials: int
+    controls: Callable[[], dict[str, int]]
+
+    def tokenizer(self, ranks: dict[bytes, int]) -> Llama3Tokenizer:
+        return Llama3Tokenizer(
+            self.name,
+            pat_str=self.pat_str,
+            mergeable_ranks=ranks,
+            controls=self.controls(),
+            vocab_size=self.ranks + self.specials,
         )
-    path = resources.files("llama_models") / "llama4" / "tokenizer.model"
-    with resources.as_file(path) as file:
-        return llama4_from_file(Path(file))
+
+    def from_file(self, path: Path) -> Llama3Tokenizer:
+        try:
+            ranks = _parse_ranks(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            what = f"{self.title} tokenizer {str(path)!r}"
+            raise TokenizerError(f"cannot read {what}: {exc}") from None
+        if len(ranks) != self.ranks:
+            raise TokenizerError(
+                f"{str(path)!r} has {len(ranks)} ranks, but {self.title}'s tokenizer.model has "
+                f"{self.ranks}; point at the model's own tokenizer.json or GGUF instead"
+            )
+        return self.tokenizer(ranks)
+
+    def installed(self) -> Llama3Tokenizer:
+        import importlib.util
+
+        if importlib.util.find_spec("llama_models") is None:
+            raise TokenizerError(
+                f"the {self.name!r} tokenizer reads tokenizer.model from Meta's llama-models "
+                "package: `pip install llama-models`, or pass --tokenizer the model's "
+                "tokenizer.json or GGUF"
+            )
+        path = resources.files("llama_models") / self.name / "tokenizer.model"
+        with resources.as_file(path) as file:
+            return self.from_file(Path(file))
+
+
+_LLAMA3 = _MetaVocab("llama3", "Llama 3", LLAMA3_PAT_STR, LLAMA3_FIRST_SPECIAL_ID,
+                     LLAMA3_NUM_SPECIALS, llama3_controls)  # fmt: skip
+_LLAMA4 = _MetaVocab("llama4", "Llama 4", LLAMA4_PAT_STR, LLAMA4_FIRST_SPECIAL_ID,
+                     LLAMA4_NUM_SPECIALS, llama4_controls)  # fmt: skip
 
 
 # ==== o200k_harmony (gpt-oss) ====

@@ -15,7 +15,6 @@ before the next is read, so memory does not grow with the data set.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,6 +24,7 @@ from ..messages import Conversation
 from .render import TrainingExample, TrainingRenderer
 from .sinks import OutRow, Sink
 from .sources import Row, RowError
+from .tally import LeftOut, Tokens
 
 Truncation = Literal["drop", "drop-turns"]
 TRUNCATIONS: tuple[str, ...] = ("drop", "drop-turns")
@@ -32,28 +32,20 @@ Invalid = Literal["error", "drop"]
 
 
 @dataclass(slots=True)
-class Report:
+class Report(Tokens):
     """What a build read, wrote and left out, and why."""
 
     rows_read: int = 0
     conversations: int = 0
     output_rows: int = 0
-    tokens: int = 0
-    trained_tokens: int = 0
     shortened: int = 0
     turns_dropped: int = 0
     turns_untrained: int = 0
-    dropped: Counter[str] = field(default_factory=Counter)
-    #: The first row dropped for each reason: its line and the message.
-    first_dropped: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def trained_share(self) -> float:
-        return self.trained_tokens / self.tokens if self.tokens else 0.0
+    #: The rows dropped, where each first was being its line.
+    dropped: LeftOut = field(default_factory=LeftOut)
 
     def drop(self, reason: str, line: int, message: str) -> None:
-        self.dropped[reason] += 1
-        self.first_dropped.setdefault(reason, f"line {line}: {message}")
+        self.dropped.add(reason, f"line {line}", message)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,9 +58,7 @@ class Report:
             "rows_shortened": self.shortened,
             "turns_dropped_for_length": self.turns_dropped,
             "turns_left_untrained": self.turns_untrained,
-            "rows_dropped": sum(self.dropped.values()),
-            "dropped_by_reason": dict(self.dropped),
-            "first_dropped": self.first_dropped,
+            **self.dropped.as_dict("dropped"),
         }
 
 

@@ -33,7 +33,6 @@ chain at a time: memory holds a page of references and one conversation, not the
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,9 +40,10 @@ from typing import Any
 from ..errors import BrokenChain, ChatFmtError
 from ..messages import as_conversation
 from ..store import Storage, StoredExchange, StoredRef
-from ..store.listing import ExportKind
+from ..store.listing import ExportQuery
 from .render import IGNORE_INDEX, TrainingRenderer
 from .sinks import OutRow, Sink
+from .tally import LeftOut, Tokens
 
 #: The leading columns of an exported row (pyarrow type names).
 META_FIELDS: tuple[tuple[str, str], ...] = (
@@ -58,31 +58,23 @@ PAGE = 200
 
 
 @dataclass(slots=True)
-class ExportReport:
+class ExportReport(Tokens):
     """What an export read, wrote and skipped, and why."""
 
     read: int = 0
     written: int = 0
     exact: int = 0
     rendered: int = 0
-    tokens: int = 0
-    trained_tokens: int = 0
     #: Replies inside a prompt that was rendered afresh: in the ids, without loss.
     replies_untrained: int = 0
     #: Exact rows whose last reply's stop token was not kept (stored before it was): they end
     #: with the reply, its stop untrained.
     no_stop: int = 0
-    skipped: Counter[str] = field(default_factory=Counter)
-    #: The first row skipped for each reason: its id and the message.
-    first_skipped: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def trained_share(self) -> float:
-        return self.trained_tokens / self.tokens if self.tokens else 0.0
+    #: The rows skipped, where each first was being its id.
+    skipped: LeftOut = field(default_factory=LeftOut)
 
     def skip(self, reason: str, rid: str, message: str) -> None:
-        self.skipped[reason] += 1
-        self.first_skipped.setdefault(reason, f"{rid}: {message}")
+        self.skipped.add(reason, rid, message)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,9 +87,7 @@ class ExportReport:
             "trained_share": round(self.trained_share, 4),
             "replies_untrained": self.replies_untrained,
             "exact_without_stop": self.no_stop,
-            "rows_skipped": sum(self.skipped.values()),
-            "skipped_by_reason": dict(self.skipped),
-            "first_skipped": self.first_skipped,
+            **self.skipped.as_dict("skipped"),
         }
 
 
@@ -150,28 +140,11 @@ def exact_row(exchanges: list[StoredExchange]) -> ExactRow | None:
     return ExactRow([*ids, stop], [*labels, stop], anchor)
 
 
-def refs(
-    store: Storage,
-    kind: ExportKind,
-    *,
-    owner: str | None,
-    since: float | None,
-    until: float | None,
-    last_only: bool,
-    page: int = PAGE,
-) -> Iterator[StoredRef]:
-    """Every reference of ``kind`` the filters select, read a page at a time."""
+def refs(store: Storage, query: ExportQuery, *, page: int = PAGE) -> Iterator[StoredRef]:
+    """Every reference ``query`` selects, read a page at a time."""
     after: StoredRef | None = None
     while True:
-        found = store.export_refs(
-            kind,
-            after=after,
-            limit=page,
-            owner=owner,
-            since=since,
-            until=until,
-            last_only=last_only,
-        )
+        found = store.export_refs(query, after=after, limit=page)
         yield from found
         if len(found) < page:
             return
@@ -294,13 +267,14 @@ def export(
     ``sink``; the :class:`ExportReport`. :class:`~chatfmt.errors.StoreError` when the store
     fails."""
     exporter = Exporter(store, sink, renderer)
-    filters: dict[str, Any] = {"owner": owner, "since": since, "until": until, "page": page}
-    for ref in refs(store, "responses", last_only=last_only, **filters):
+    responses = ExportQuery("responses", owner, since, until, last_only)
+    for ref in refs(store, responses, page=page):
         exporter.response(ref)
         if progress is not None:
             progress()
     if include_web:
-        for ref in refs(store, "conversations", last_only=False, **filters):
+        web = ExportQuery("conversations", owner, since, until)
+        for ref in refs(store, web, page=page):
             exporter.web(ref)
             if progress is not None:
                 progress()

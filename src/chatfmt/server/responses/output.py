@@ -188,20 +188,26 @@ class OutputBuilder:
     # ==== Items ====
     # The open item is always the last one: a call closes it before it is added.
 
-    def _start_message(self, out: list[BuiltEvent]) -> MessageItem:
+    def _start(self, item: MessageItem | ReasoningItem, out: list[BuiltEvent]) -> None:
+        """Open ``item``, a message or reasoning holding one empty part: it is shown added
+        without content, then its part added (a copy: the item's own part is filled in when
+        it closes)."""
         self._close(out)
+        self.items.append(item)
+        self._open = item
+        index = len(self.items) - 1
+        shown = item.model_copy(update={"content": []})
+        out.append(OutputItemAdded(output_index=index, item=shown))
+        part = item.content[0].model_copy()
+        out.append(
+            ContentPartAdded(item_id=item.id, output_index=index, content_index=0, part=part)
+        )
+
+    def _start_message(self, out: list[BuiltEvent]) -> MessageItem:
         message = MessageItem(
             id=item_id("msg"), status="in_progress", content=[OutputTextPart(text="")]
         )
-        self.items.append(message)
-        self._open = message
-        index = len(self.items) - 1
-        shown = MessageItem(id=message.id, status="in_progress", content=[])
-        out.append(OutputItemAdded(output_index=index, item=shown))
-        part = OutputTextPart(text="")
-        out.append(
-            ContentPartAdded(item_id=message.id, output_index=index, content_index=0, part=part)
-        )
+        self._start(message, out)
         return message
 
     def _text(self, text: str, out: list[BuiltEvent]) -> None:
@@ -214,19 +220,10 @@ class OutputBuilder:
     def _reasoning(self, text: str, out: list[BuiltEvent]) -> None:
         item = self._open
         if not isinstance(item, ReasoningItem):
-            self._close(out)
             item = ReasoningItem(
                 id=item_id("rs"), status="in_progress", content=[ReasoningTextPart(text="")]
             )
-            self.items.append(item)
-            self._open = item
-            index = len(self.items) - 1
-            shown = ReasoningItem(id=item.id, status="in_progress", content=[])
-            out.append(OutputItemAdded(output_index=index, item=shown))
-            part = ReasoningTextPart(text="")
-            out.append(
-                ContentPartAdded(item_id=item.id, output_index=index, content_index=0, part=part)
-            )
+            self._start(item, out)
         self._pieces.append(text)
         out.append(PartDelta(True, item.id, len(self.items) - 1, 0, text))
 

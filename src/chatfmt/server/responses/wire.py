@@ -2,9 +2,10 @@
 
 These are the objects chatfmt writes (the subset of OpenAI's schema it serves), built by
 :mod:`.output` and :mod:`.service` and written by :mod:`.routes`. Fields are declared in the
-order they are written. Every field is always written, ``null`` included (``error``,
-``usage`` while in progress, ``temperature`` not asked for), except ``encrypted_content``,
-which a reasoning item has only when asked for (``include``).
+order they are written (an event's first ones by its base class). Every field is always
+written, ``null`` included (``error``, ``usage`` while in progress, ``temperature`` not asked
+for), except ``encrypted_content``, which a reasoning item has only when asked for
+(``include``).
 
 An event's ``sequence_number`` is its place in the stream, set when the stream writes it (0
 until then): one builder serves the whole response and the stream, and only the stream counts.
@@ -206,38 +207,59 @@ class ResponseObject(_Wire):
 # ==== Stream events ====
 
 
-class OutputItemAdded(_Wire):
+# An event's fields are written in OpenAI's order: ``type`` first, ``sequence_number`` last.
+# Pydantic writes a base class's fields before its subclass's, and a field a subclass
+# declares again (each event's own ``type`` literal) in the base's place; so the bases below
+# declare ``type`` first, and ``sequence_number`` is declared by whichever class ends the
+# event's fields.
+
+
+class _ItemChange(_Wire):
+    """An output item added or done (each event names its own ``type``)."""
+
+    type: str
+    output_index: int
+    item: OutputItem
+    sequence_number: int = 0
+
+
+class _ItemIdEvent(_Wire):
+    """An event about one output item, named by its id."""
+
+    type: str
+    item_id: str
+    output_index: int
+
+
+class _PartEvent(_ItemIdEvent):
+    """An event about one content part of an item."""
+
+    content_index: int
+
+
+class _PartChange(_PartEvent):
+    """A content part added or done."""
+
+    part: ContentPart
+    sequence_number: int = 0
+
+
+class OutputItemAdded(_ItemChange):
     """An item begins, shown as it is then (no content yet, a call with no arguments)."""
 
     type: Literal["response.output_item.added"] = "response.output_item.added"
-    output_index: int
-    item: OutputItem
-    sequence_number: int = 0
 
 
-class OutputItemDone(_Wire):
+class OutputItemDone(_ItemChange):
     type: Literal["response.output_item.done"] = "response.output_item.done"
-    output_index: int
-    item: OutputItem
-    sequence_number: int = 0
 
 
-class ContentPartAdded(_Wire):
+class ContentPartAdded(_PartChange):
     type: Literal["response.content_part.added"] = "response.content_part.added"
-    item_id: str
-    output_index: int
-    content_index: int
-    part: ContentPart
-    sequence_number: int = 0
 
 
-class ContentPartDone(_Wire):
+class ContentPartDone(_PartChange):
     type: Literal["response.content_part.done"] = "response.content_part.done"
-    item_id: str
-    output_index: int
-    content_index: int
-    part: ContentPart
-    sequence_number: int = 0
 
 
 class DeltaTopLogprob(_Wire):
@@ -253,58 +275,42 @@ class DeltaLogprob(_Wire):
     top_logprobs: list[DeltaTopLogprob]
 
 
-class OutputTextDelta(_Wire):
+class OutputTextDelta(_PartEvent):
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
-    item_id: str
-    output_index: int
-    content_index: int
     delta: str
     logprobs: tuple[DeltaLogprob, ...] = ()
     sequence_number: int = 0
 
 
-class OutputTextDone(_Wire):
+class OutputTextDone(_PartEvent):
     type: Literal["response.output_text.done"] = "response.output_text.done"
-    item_id: str
-    output_index: int
-    content_index: int
     text: str
     logprobs: tuple[DeltaLogprob, ...] = ()
     sequence_number: int = 0
 
 
-class ReasoningTextDelta(_Wire):
+class ReasoningTextDelta(_PartEvent):
     type: Literal["response.reasoning_text.delta"] = "response.reasoning_text.delta"
-    item_id: str
-    output_index: int
-    content_index: int
     delta: str
     sequence_number: int = 0
 
 
-class ReasoningTextDone(_Wire):
+class ReasoningTextDone(_PartEvent):
     type: Literal["response.reasoning_text.done"] = "response.reasoning_text.done"
-    item_id: str
-    output_index: int
-    content_index: int
     text: str
     sequence_number: int = 0
 
 
-class FunctionCallArgumentsDelta(_Wire):
+class FunctionCallArgumentsDelta(_ItemIdEvent):
     type: Literal["response.function_call_arguments.delta"] = (
         "response.function_call_arguments.delta"
     )
-    item_id: str
-    output_index: int
     delta: str
     sequence_number: int = 0
 
 
-class FunctionCallArgumentsDone(_Wire):
+class FunctionCallArgumentsDone(_ItemIdEvent):
     type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
-    item_id: str
-    output_index: int
     name: str
     arguments: str
     sequence_number: int = 0
