@@ -27,6 +27,7 @@ _MARKUP = frozenset(
     {"<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<bos>", "<eos>"}
 )
 
+
 class Gemma3(Dialect):
     """The Gemma 3 instruction-tuned chat format (``gemma-3-*-it``)."""
 

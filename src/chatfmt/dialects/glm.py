@@ -38,6 +38,7 @@ GLM_MARKUP = frozenset(
     {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"}
 )
 
+
 class GLMDialect(Dialect):
     """The GLM family's shared half: the segment parser configured from class attributes, a
     named call forced by writing its metadata line, and the one-line tool-name rule. A

@@ -106,6 +106,7 @@ _MARKUP = frozenset(
     }
 )
 
+
 class Llama3(Dialect):
     """Llama 3.1 to 3.3 instruct. ``today`` fills the ``Today Date`` line of the tool prompt
     (default: the date when rendering, as the reference does)."""

@@ -95,6 +95,7 @@ MISTRAL_MARKUP = frozenset(
     "[IMG] [IMG_BREAK] [IMG_END]".split()
 )
 
+
 class MistralV3(Dialect):
     """Instruct v3 (Mistral 7B v0.3, Mixtral 8x22B, Nemo with Tekken): byte-exact with
     ``mistral-common``'s ``InstructTokenizerV3`` after its request normalisation."""

@@ -27,6 +27,7 @@ _TEXT, _OPEN, _ELEM, _JSON, _SEP, _AFTER, _SKIP = range(7)
 #: is no call: names are at most 64 characters under OpenAI's rule.
 _MAX_NAME = 256
 
+
 class _Streams(TurnOutput):
     """Output shared by both parsers: text, calls, the safe part of an open call's arguments."""
 
