@@ -20,6 +20,7 @@ typed when it closes. Each chunk costs time linear in its length.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -40,10 +41,12 @@ class _Tags:
         "between",
         "body",
         "element",
+        "end",
         "ends",
-        "open_only",
+        "key",
+        "key_open",
+        "name",
         "opening",
-        "value_close_only",
     )
 
     def __init__(self, s: XMLSyntax) -> None:
@@ -56,8 +59,10 @@ class _Tags:
         self.opening = (s.name.open, s.block_close, s.block_open) if s.many else (s.name.open,)
         self.between = (s.name.open, s.block_close, s.block_open)
         self.bare_next = (s.key.open, end)  # what may follow a bare name
-        self.open_only, self.value_close_only = (s.block_open,), (s.value_close,)
         self.element = "<" + s.name.open[1:].split(" ")[0].rstrip("=") + ">"  # "<invoke>"
+        self.end, self.key_open = end, s.key.open
+        self.name = _NameReader(s.name.close, s.name_rule, s.space)
+        self.key = _NameReader(s.key.close, s.key_rule, s.space)
 
 
 # Parser modes: text; a block opened, before its first call's name tag; a call's name; in a
@@ -91,8 +96,12 @@ class XMLSyntaxParser(StreamParser):
         # Trailing whitespace of the text so far, content only if text follows: kept as pieces
         # joined once, so a model stuck on spaces costs linear time, not quadratic.
         self._ws: list[str] = []
-        self._started = False  # (trim) the content has had a character that is not space
-        self._after_call = False  # the last thing written was a block of calls
+        # Whether the content has begun: with ``trim``, at its first character that is not
+        # whitespace; else at once (the one test the hot path makes).
+        self._started = not syntax.trim
+        # How much content there was when the last block of calls ended: none since means
+        # the whitespace after it is layout (kept as a count, so text costs no bookkeeping).
+        self._after_block = -1
         self._lead: list[str] = []  # a block's text before its first call (several per block)
         self._in_block = 0  # calls named in the open block
         self._raw: list[str] = []  # exact text of the current call (of its block, if one)
@@ -108,7 +117,12 @@ class XMLSyntaxParser(StreamParser):
         # reads fast (CPython shares the keys of at most 30 per class); the hot paths read
         # only these, no spec attributes.
         self._tags = _Tags(syntax)
-        self._open, self._value_close, self._trim = s.block_open, s.value_close, s.trim
+        self._open, self._open_only, self._value_close = (
+            s.block_open,
+            (s.block_open,),
+            s.value_close,
+        )
+        self._names, self._keys = self._tags.name, self._tags.key
 
     def _emit(self, event: Event) -> None:
         self._events.append(event)  # a method: the list is swapped after every feed
@@ -139,7 +153,7 @@ class XMLSyntaxParser(StreamParser):
             if mode in (_BODY, _KEY, _AFTER_KEY, _VALUE):
                 self._calls.cut(cut_problem(reason))
             self._record()
-        if not (self._trim or self._after_call):
+        if not (self._syntax.trim or self._after_block == len(self._content)):
             self._out("".join(self._ws))
         self._ws = []
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
@@ -161,10 +175,9 @@ class XMLSyntaxParser(StreamParser):
 
     def _text(self, text: str) -> None:
         """Visible text; its trailing whitespace is held until text follows (before a block,
-        and after the last one, it is layout); with ``trim``, leading whitespace too."""
-        if not text:
-            return
-        if self._trim and not self._started:
+        and after the last one, it is layout); with ``trim``, leading whitespace too. (Empty
+        text needs no test of its own: it joins the held whitespace.)"""
+        if not self._started:
             text = text.lstrip(self._space)
             if not text:
                 return
@@ -173,9 +186,10 @@ class XMLSyntaxParser(StreamParser):
         if not body:
             self._ws.append(text)
             return
-        self._after_call = False
-        self._out("".join(self._ws) + body)
+        out = "".join(self._ws) + body  # not empty: _out's test is not needed (hot path)
         self._ws = [text[len(body) :]]
+        self._content.append(out)
+        self._events.append(TextDelta(out))
 
     def _degrade(self, reason: str) -> None:
         """The candidate block is not calls: its text is content; the caller goes on
@@ -236,7 +250,7 @@ class XMLSyntaxParser(StreamParser):
     def _on_text(self, buf: str) -> str:
         i = buf.find(self._open)
         if i < 0:
-            keep = held_suffix(buf, self._tags.open_only)
+            keep = held_suffix(buf, self._open_only)
             self._text(buf[: len(buf) - keep])
             self._hold = buf[len(buf) - keep :]
             return ""
@@ -253,13 +267,14 @@ class XMLSyntaxParser(StreamParser):
         self._raw.append(buf[: len(buf) - len(rest)])
         if not rest:
             return ""
-        if rest.startswith(s.name.open):
+        tag = s.name.open
+        if rest.startswith(tag):
             if s.many:  # the call's own text starts here
-                self._lead, self._raw = self._raw, [s.name.open]
+                self._lead, self._raw = self._raw, [tag]
             else:
-                self._raw.append(s.name.open)
+                self._raw.append(tag)
             self._mode = _NAME
-            return rest[len(s.name.open) :]
+            return rest[len(tag) :]
         if s.many and rest.startswith(s.block_close):
             self._raw.append(s.block_close)
             self._degrade(f"{s.block_open} holds no call; kept as text")
@@ -306,7 +321,7 @@ class XMLSyntaxParser(StreamParser):
         s = self._syntax
         if not s.name.close:
             return self._on_bare_name(buf)
-        read = _read_name(buf, s.name.close, s.name_rule, self._space)
+        read = self._names.read(buf)
         if read is None:
             self._hold = buf
             return ""
@@ -373,12 +388,13 @@ class XMLSyntaxParser(StreamParser):
         i, marker = min(found)
         self._stray(buf[:i])
         rest = buf[i + len(marker) :]
-        s = self._syntax
-        if marker == s.key.open:
+        tags = self._tags
+        if marker == tags.key_open:
             self._raw.append(marker)
             self._mode = _KEY
             return rest
-        if marker == (s.call_close or s.block_close):
+        s = self._syntax
+        if marker == tags.end:
             self._raw.append(marker)
             if not skipping:
                 self._calls.stream("}" if self._params else "{}")
@@ -393,7 +409,7 @@ class XMLSyntaxParser(StreamParser):
             return rest
         # The block ended, or another call or block began, before this call closed.
         if not skipping:
-            self._calls.cut(f"has no {s.call_close or s.block_close}")
+            self._calls.cut(f"has no {tags.end}")
         if s.many:
             self._record()
             self._mode = _BETWEEN
@@ -421,20 +437,19 @@ class XMLSyntaxParser(StreamParser):
         return buf[i:]
 
     def _on_key(self, buf: str) -> str:
-        s = self._syntax
-        read = _read_name(buf, s.key.close, s.key_rule, self._space)
+        read = self._keys.read(buf)
         if read is None:
             self._hold = buf
             return ""
         key, n = read
         if key is None:
-            self._calls.cut(f"has a malformed {s.words[1]}")
+            self._calls.cut(f"has a malformed {self._syntax.words[1]}")
             self._mode = _SKIP
             return buf
         self._raw.append(buf[:n])
         self._key = key
         self._value = []
-        self._mode = _AFTER_KEY if s.value_open else _VALUE
+        self._mode = _AFTER_KEY if self._syntax.value_open else _VALUE
         return buf[n:]
 
     def _on_after_key(self, buf: str) -> str:
@@ -456,7 +471,7 @@ class XMLSyntaxParser(StreamParser):
         close = self._value_close
         k = buf.find(close)
         if k < 0:
-            keep = held_suffix(buf, self._tags.value_close_only)
+            keep = held_suffix(buf, (close,))
             self._value.append(buf[: len(buf) - keep])
             self._raw.append(buf[: len(buf) - keep])
             self._hold = buf[len(buf) - keep :]
@@ -506,26 +521,41 @@ class XMLSyntaxParser(StreamParser):
 
     def _end_block(self) -> None:
         self._mode = _TEXT
-        self._after_call = True
+        self._after_block = len(self._content)
         self._lead = []
 
 
-def _read_name(
-    buf: str, close: str, rule: NameRule, space: str | None
-) -> tuple[str | None, int] | None:
-    """A name up to the first character of ``close``, which must then follow whole: ``None``
-    while more text may decide it; else the name (``None``: not a valid one) and the length
-    read, its closing tag included."""
-    j = buf.find(close[0])
-    name = buf[:j] if j >= 0 else buf
-    bad = len(name) > MAX_NAME or any(c in name for c in rule.forbidden)
-    rest, after = close[1:], buf[j + 1 :] if j >= 0 else ""
-    if not bad and (j < 0 or (len(after) < len(rest) and rest.startswith(after))):
-        return None
-    stripped = name.strip(space) if rule.strip else name
-    bad = bad or not after.startswith(rest) or not stripped
-    bad = bad or (rule.valid is not None and not rule.valid(stripped))
-    return (None if bad else stripped), j + len(close)
+class _NameReader:
+    """Reads a name up to the first character of its closing tag, which must then follow
+    whole; what its :class:`~.spec.NameRule` forbids makes it none."""
+
+    __slots__ = ("close", "first", "rest", "rule", "search", "space")
+
+    def __init__(self, close: str, rule: NameRule, space: str | None) -> None:
+        self.close, self.first, self.rest = close, close[:1], close[1:]
+        self.rule, self.space = rule, space
+        # A character the rule forbids ("(?!)" matches nothing: the rule forbids none).
+        self.search = re.compile(
+            f"[{re.escape(rule.forbidden)}]" if rule.forbidden else "(?!)"
+        ).search
+
+    def read(self, buf: str) -> tuple[str | None, int] | None:
+        """``None`` while more text may decide the name; else the name (``None``: not a valid
+        one) and the length read, its closing tag included."""
+        j = buf.find(self.first)
+        name = buf if j < 0 else buf[:j]
+        if len(name) > MAX_NAME or self.search(name) is not None:
+            return None, 0  # no character can make it a name again
+        if j < 0:
+            return None  # the name goes on
+        rest, after = self.rest, buf[j + 1 :]
+        if not after.startswith(rest):
+            return None if rest.startswith(after) else (None, 0)  # the tag may be split
+        rule = self.rule
+        stripped = name.strip(self.space) if rule.strip else name
+        if not stripped or (rule.valid is not None and not rule.valid(stripped)):
+            return None, 0
+        return stripped, j + len(self.close)
 
 
 __all__ = ["XMLSyntaxParser"]
