@@ -20,6 +20,7 @@ typed when it closes. Each chunk costs time linear in its length.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -65,6 +66,12 @@ class _Tags:
         self.key = _NameReader(s.key.close, s.key_rule, s.space)
 
 
+@functools.lru_cache(maxsize=64)
+def _tags_of(syntax: XMLSyntax) -> _Tags:
+    """A syntax's :class:`_Tags`, read once (they never change)."""
+    return _Tags(syntax)
+
+
 # Parser modes: text; a block opened, before its first call's name tag; a call's name; in a
 # call between its arguments; an argument's key; after a key, before its value's tag; a
 # value; after a call's end tag, up to the block's end (one call per block); between the
@@ -78,6 +85,35 @@ class XMLSyntaxParser(StreamParser):
     ``schemas`` (tool name → its parameters' ``properties``) types the values; without it, or
     for a tool or argument it lacks, :func:`~..parsers.values.typed_value`'s default applies.
     """
+
+    # Slots: reads of a parser's own state stay fast however many it has (a dict's shared
+    # keys slow down past about 30 attributes); the base class's few keep its dict.
+    __slots__ = (
+        "_after_block",
+        "_calls",
+        "_content",
+        "_events",
+        "_hold",
+        "_in_block",
+        "_junk",
+        "_key",
+        "_keys",
+        "_lead",
+        "_mode",
+        "_names",
+        "_open",
+        "_open_only",
+        "_params",
+        "_raw",
+        "_schemas",
+        "_space",
+        "_started",
+        "_syntax",
+        "_tags",
+        "_value",
+        "_value_close",
+        "_ws",
+    )
 
     def __init__(
         self,
@@ -116,7 +152,7 @@ class XMLSyntaxParser(StreamParser):
         # The tags each mode looks for. Few attributes of its own keep a parser's attribute
         # reads fast (CPython shares the keys of at most 30 per class); the hot paths read
         # only these, no spec attributes.
-        self._tags = _Tags(syntax)
+        self._tags = _tags_of(syntax)
         self._open, self._open_only, self._value_close = (
             s.block_open,
             (s.block_open,),
@@ -224,12 +260,12 @@ class XMLSyntaxParser(StreamParser):
             return self._on_body(buf)
         if mode == _KEY:
             return self._on_key(buf)
+        if mode == _AFTER_KEY:
+            return self._on_after_key(buf)
         if mode == _NAME:
             return self._on_name(buf)
         if mode == _OPENING:
             return self._on_opening(buf)
-        if mode == _AFTER_KEY:
-            return self._on_after_key(buf)
         if mode == _TAIL:
             return self._on_tail(buf)
         return self._on_between(buf)
@@ -341,12 +377,12 @@ class XMLSyntaxParser(StreamParser):
     def _on_bare_name(self, buf: str) -> str:
         """A name written without tags: up to the first ``<``, which must open an argument's
         key or end the call; decided as soon as no character can make it valid."""
-        s = self._syntax
-        rule = s.name_rule
+        names = self._names
+        rule = names.rule
         j = buf.find("<")
         name = buf if j < 0 else buf[:j]
         stripped = name.strip(self._space) if rule.strip else name
-        bad = len(name) > MAX_NAME or any(c in name for c in rule.forbidden)
+        bad = len(name) > MAX_NAME or names.search(name) is not None
         bad = bad or (bool(stripped) and rule.valid is not None and not rule.valid(stripped))
         if not bad and j >= 0:
             rest = buf[j:]
@@ -356,7 +392,7 @@ class XMLSyntaxParser(StreamParser):
                     return ""
                 bad = True
         if bad or (j >= 0 and not stripped):
-            self._degrade(f"{s.block_open} is not followed by a tool name; kept as text")
+            self._degrade(f"{self._open} is not followed by a tool name; kept as text")
             return buf
         if j < 0:
             self._hold = buf
