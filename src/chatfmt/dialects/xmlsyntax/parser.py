@@ -20,8 +20,6 @@ typed when it closes. Each chunk costs time linear in its length.
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -30,47 +28,8 @@ from ...events import Event, Finish, ParseResult, TextDelta
 from ..base import StreamParser, finish_reason_for, single_message_result
 from ..parsers.calls import CallStream, cut_problem
 from ..parsers.values import Schemas, json_text, parameter_schema, typed_value
-from .spec import MAX_NAME, NameRule, XMLSyntax
-
-
-class _Tags:
-    """The tags each of a parser's modes looks for, read from its syntax once."""
-
-    __slots__ = (
-        "after_key",
-        "bare_next",
-        "between",
-        "body",
-        "element",
-        "end",
-        "ends",
-        "key",
-        "key_open",
-        "name",
-        "opening",
-    )
-
-    def __init__(self, s: XMLSyntax) -> None:
-        end = s.call_close or s.block_close  # what closes a call
-        # What ends a call, besides its end tag: a block's end, or another block or call.
-        ends = (s.block_open, s.block_close) + ((s.name.open, s.call_close) if s.many else ())
-        self.ends = ends  # also what a broken call is skipped to
-        self.body = (s.key.open, *dict.fromkeys((end, *ends)))
-        self.after_key = (s.value_open, *self.body)
-        self.opening = (s.name.open, s.block_close, s.block_open) if s.many else (s.name.open,)
-        self.between = (s.name.open, s.block_close, s.block_open)
-        self.bare_next = (s.key.open, end)  # what may follow a bare name
-        self.element = "<" + s.name.open[1:].split(" ")[0].rstrip("=") + ">"  # "<invoke>"
-        self.end, self.key_open = end, s.key.open
-        self.name = _NameReader(s.name.close, s.name_rule, s.space)
-        self.key = _NameReader(s.key.close, s.key_rule, s.space)
-
-
-@functools.lru_cache(maxsize=64)
-def _tags_of(syntax: XMLSyntax) -> _Tags:
-    """A syntax's :class:`_Tags`, read once (they never change)."""
-    return _Tags(syntax)
-
+from .spec import MAX_NAME, XMLSyntax
+from .tags import tags_of
 
 # Parser modes: text; a block opened, before its first call's name tag; a call's name; in a
 # call between its arguments; an argument's key; after a key, before its value's tag; a
@@ -152,7 +111,7 @@ class XMLSyntaxParser(StreamParser):
         # The tags each mode looks for. Few attributes of its own keep a parser's attribute
         # reads fast (CPython shares the keys of at most 30 per class); the hot paths read
         # only these, no spec attributes.
-        self._tags = _tags_of(syntax)
+        self._tags = tags_of(syntax)
         self._open, self._open_only, self._value_close = (
             s.block_open,
             (s.block_open,),
@@ -559,39 +518,6 @@ class XMLSyntaxParser(StreamParser):
         self._mode = _TEXT
         self._after_block = len(self._content)
         self._lead = []
-
-
-class _NameReader:
-    """Reads a name up to the first character of its closing tag, which must then follow
-    whole; what its :class:`~.spec.NameRule` forbids makes it none."""
-
-    __slots__ = ("close", "first", "rest", "rule", "search", "space")
-
-    def __init__(self, close: str, rule: NameRule, space: str | None) -> None:
-        self.close, self.first, self.rest = close, close[:1], close[1:]
-        self.rule, self.space = rule, space
-        # A character the rule forbids ("(?!)" matches nothing: the rule forbids none).
-        self.search = re.compile(
-            f"[{re.escape(rule.forbidden)}]" if rule.forbidden else "(?!)"
-        ).search
-
-    def read(self, buf: str) -> tuple[str | None, int] | None:
-        """``None`` while more text may decide the name; else the name (``None``: not a valid
-        one) and the length read, its closing tag included."""
-        j = buf.find(self.first)
-        name = buf if j < 0 else buf[:j]
-        if len(name) > MAX_NAME or self.search(name) is not None:
-            return None, 0  # no character can make it a name again
-        if j < 0:
-            return None  # the name goes on
-        rest, after = self.rest, buf[j + 1 :]
-        if not after.startswith(rest):
-            return None if rest.startswith(after) else (None, 0)  # the tag may be split
-        rule = self.rule
-        stripped = name.strip(self.space) if rule.strip else name
-        if not stripped or (rule.valid is not None and not rule.valid(stripped)):
-            return None, 0
-        return stripped, j + len(self.close)
 
 
 __all__ = ["XMLSyntaxParser"]
