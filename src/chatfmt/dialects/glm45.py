@@ -32,21 +32,11 @@ from .base import Dialect, EndRule, ReasoningMode, StreamParser
 from .fingerprint import Fingerprint
 from .glm import ASSISTANT, GLM_MARKUP, OBSERVATION, SYSTEM, USER
 from .parsers.deepseek import valid_name
-from .parsers.glmxml import (
-    ARG_KEY,
-    ARG_KEY_END,
-    ARG_VALUE,
-    ARG_VALUE_END,
-    CALL_TAGS,
-    TOOL_CALL,
-    TOOL_CALL_END,
-    GLMCallParser,
-    glm_argument_text,
-    glm_call_grammar,
-)
+from .parsers.glmxml import CALL_TAGS, GLM46_XML, GLM47_XML
 from .parsers.think import ThinkParser
 from .parsers.values import Schemas, tool_schemas
 from .qwen3 import split_thought
+from .xmlsyntax import XMLSyntax, XMLSyntaxParser, call_grammar
 
 GMASK, SOP, ENDOFTEXT = "[gMASK]", "<sop>", "<|endoftext|>"
 #: Appended to each user turn when thinking is off (GLM-4.5/4.6); a token of the vocabulary.
@@ -129,6 +119,12 @@ class _GLM45(Dialect):
         configured.tool_schemas = tool_schemas(tools)
         return configured
 
+    @property
+    def _syntax(self) -> XMLSyntax:
+        """The call syntax of this layout (both parse alike: whitespace between a call's
+        elements is layout)."""
+        return GLM46_XML if self.sep else GLM47_XML
+
     # ==== Rendering ====
 
     def _builder(self) -> BlockBuilder:
@@ -205,19 +201,7 @@ class _GLM45(Dialect):
         if call.raw is not None:
             b.tagged(call.raw)  # history re-renders to the tokens the model produced
             return
-        sep = self.sep
-        b.control(TOOL_CALL, required=False)
-        b.text(call.name + sep)
-        for key, value in call.arguments_dict().items():
-            b.control(ARG_KEY, required=False)
-            b.text(key)
-            b.control(ARG_KEY_END, required=False)
-            b.text(sep)
-            b.control(ARG_VALUE, required=False)
-            b.text(glm_argument_text(value))
-            b.control(ARG_VALUE_END, required=False)
-            b.text(sep)
-        b.control(TOOL_CALL_END, required=False)
+        self._syntax.write(b, [(call.name, call.arguments_dict())])
 
     def _render_result(self, b: BlockBuilder, text: str) -> None:
         b.text(self.sep)
@@ -233,8 +217,11 @@ class _GLM45(Dialect):
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the reply starts inside it when the prompt opened it),
         then text and calls, values typed by :attr:`tool_schemas`."""
-        answer = GLMCallParser(
-            id_factory=id_factory, stop_controls=self.stop_controls, schemas=self.tool_schemas
+        answer = XMLSyntaxParser(
+            self._syntax,
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            schemas=self.tool_schemas,
         )
         return ThinkParser(
             answer,
@@ -250,7 +237,8 @@ class _GLM45(Dialect):
     ) -> Grammar:
         """Calls of ``tools`` (lazy: from ``<tool_call>`` on); a required one may follow the
         thought when thinking is on."""
-        grammar = glm_call_grammar(tools, newlines=bool(self.sep), required=required, single=single)
+        syntax = self._syntax  # a required call starts on a line of its own (GLM-4.5/4.6)
+        grammar = call_grammar(syntax, tools, required=required, single=single, lead=self.sep)
         if not self.thinking:
             return grammar
         return thought_first(grammar, THINK, THINK_END, opened=self.prompt_opens_thought)
@@ -300,8 +288,7 @@ class GLM46(_GLM45):
         thought: tuple[Segment, ...] = ()
         if self.thinking:
             thought = (Text("\n"), Control(THINK, False), Control(THINK_END, False))
-        opening: tuple[Segment, ...] = (Text("\n"), Control(TOOL_CALL, False))
-        return thought + opening + ((Text(name + "\n"),) if name is not None else ())
+        return (*thought, Text("\n"), *self._syntax.opening(name))
 
     def call_grammar(
         self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
@@ -352,7 +339,7 @@ class GLM47(_GLM45):
         a thought (the call comes after it, which the grammar says)."""
         if self.thinking:
             return ()
-        return (Control(TOOL_CALL, False), *((Text(name),) if name is not None else ()))
+        return self._syntax.opening(name)
 
 
 __all__ = ["GLM46", "GLM47", "NOTHINK"]

@@ -8,7 +8,7 @@ generation prompt opens ``<think>``. Its history rule keeps the thought of every
 after the last user message (the tool loop in progress: interleaved thinking), and drops it
 from earlier turns.
 
-Calls are written as the template writes them (``parsers/minimax.render_invoke``: strings as
+Calls are written as the template writes them (``parsers/minimax.MINIMAX_XML``: strings as
 they are, other values as JSON) and read back typed by the tools' schemas: :meth:`with_tools`
 gives a dialect whose parser knows a request's tools.
 """
@@ -17,36 +17,24 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from ..errors import SchemaError
-from ..grammar import CallRules, Grammar, ToolLike, Trigger, thought_first
-from ..grammar.gbnf import literal
-from ..grammar.schema import SchemaConverter
+from ..grammar import Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Segment
 from ..validation import CallNames, MessageRule, NoMetadata, SystemOnlyFirst
 from .base import Dialect, StreamParser
 from .fingerprint import Fingerprint
-from .parsers.minimax import (
-    BLOCK,
-    BLOCK_END,
-    INVOKE,
-    INVOKE_END,
-    NAME_END,
-    PARAMETER,
-    PARAMETER_END,
-    MiniMaxCallParser,
-    render_invoke,
-)
+from .parsers.minimax import MINIMAX_XML
 from .parsers.think import ThinkParser
-from .parsers.values import Schemas, schema_types, tool_schemas
+from .parsers.values import Schemas, tool_schemas
+from .xmlsyntax import XMLSyntaxParser, call_grammar
 
 BEGIN = "]~!b["
 ROLE = "]~b]"
 END = "[e~["
+BLOCK, BLOCK_END = MINIMAX_XML.controls
 _TAGS = (THINK, THINK_END, BLOCK, BLOCK_END)
 
 MINIMAX_DEFAULT_SYSTEM = "You are a helpful assistant."
@@ -166,9 +154,7 @@ class MiniMaxM2(Dialect):
         b.text(content)
         if m.tool_calls:
             b.text("\n")
-            b.control(BLOCK, required=False)
-            b.text("\n" + "".join(render_invoke(c.name, c.arguments_dict()) for c in m.tool_calls))
-            b.control(BLOCK_END, required=False)
+            MINIMAX_XML.write(b, [(c.name, c.arguments_dict()) for c in m.tool_calls])
         self._end(b)
 
     def _render_results(
@@ -190,8 +176,11 @@ class MiniMaxM2(Dialect):
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """The thought the prompt opened, then text and ``<invoke>`` calls typed by
         :attr:`tool_schemas`."""
-        answer = MiniMaxCallParser(
-            id_factory=id_factory, stop_controls=self.stop_controls, schemas=self.tool_schemas
+        answer = XMLSyntaxParser(
+            MINIMAX_XML,
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            schemas=self.tool_schemas,
         )
         return ThinkParser(
             answer,
@@ -212,71 +201,11 @@ class MiniMaxM2(Dialect):
     ) -> Grammar:
         """A block of calls of ``tools`` (lazy: from ``<minimax:tool_call>`` on); a required
         one comes after the thought the prompt opened."""
-        return self.after_thought(minimax_call_grammar(tools, required=required, single=single))
+        grammar = call_grammar(MINIMAX_XML, tools, required=required, single=single)
+        return self.after_thought(grammar)
 
     def after_thought(self, grammar: Grammar) -> Grammar:
         return thought_first(grammar, THINK, THINK_END, opened=True)
 
 
-# ==== The call grammar ====
-
-# A string value: any text without "</p" (so it cannot run past its closing tag).
-_TEXT_VALUE = '([^<] | "<" [^/] | "</" [^p])*'
-_NAME_CHARS = '[^"<>\\n]+'
-
-
-def minimax_call_grammar(
-    tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
-) -> Grammar:
-    """``<minimax:tool_call>\\n`` then one ``<invoke name="NAME">\\n`` … ``</invoke>\\n`` per
-    call (exactly one when ``single``), then ``</minimax:tool_call>``.
-
-    Each declared parameter comes in the schema's order, the required ones always; a string
-    value is free text (one of its ``enum`` when it has one); any other single type follows
-    its schema as JSON, as the template writes it. A tool without declared parameters takes
-    any. Lazy unless ``required``: the grammar starts at ``<minimax:tool_call>``."""
-    c = CallRules(tools)
-    text = c.rules.add("minimax-text", _TEXT_VALUE)
-    param_end = literal(PARAMETER_END + "\n")
-    alts = []
-    for tool in c.tools:
-        params = tool.function.get("parameters")
-        props = params.get("properties") if isinstance(params, Mapping) else None
-        needed = params.get("required") if isinstance(params, Mapping) else None
-        strict = tool.function.get("strict") is True
-        parts = []
-        for key, schema in props.items() if isinstance(props, Mapping) else ():
-            try:
-                value = _value_rule(c, schema, text, strict, f"{tool.name}-{key}")
-            except SchemaError as exc:
-                raise exc.of(f"function {tool.name!r}") from None
-            one = f"{literal(PARAMETER + key + NAME_END)} {value} {param_end}"
-            parts.append(one if isinstance(needed, list) and key in needed else f"({one})?")
-        if not isinstance(props, Mapping) or not props:
-            free = f"{literal(PARAMETER)} {_NAME_CHARS} {literal(NAME_END)} {text} {param_end}"
-            parts.append(f"({free})*")
-        head = literal(f"{INVOKE}{tool.name}{NAME_END}\n")
-        body = " ".join([head, *parts, literal(INVOKE_END + "\n")])
-        alts.append(c.rules.add(f"invoke-{tool.name}", body))
-    invoke = c.rules.add("invoke", " | ".join(alts))
-    invokes = invoke if single else f"{invoke}+"
-    block = f"{literal(BLOCK)} {literal(chr(10))} {invokes} {literal(BLOCK_END)}"
-    preserved = (BLOCK, BLOCK_END)
-    if required:
-        return c.grammar(block, preserved=preserved)
-    return c.grammar(block, triggers=(Trigger("word", BLOCK),), preserved=preserved)
-
-
-def _value_rule(c: CallRules, schema: Any, text: str, strict: bool, hint: str) -> str:
-    enum = schema.get("enum") if isinstance(schema, Mapping) else None
-    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
-        # A string enum is written bare, as the template writes a string value.
-        return c.rules.add(f"{hint}-enum", " | ".join(literal(v) for v in enum))
-    types = schema_types(schema)
-    if types is None or "string" in types or len(types) != 1:
-        return text
-    # Any other value is written as JSON (the template's tojson): its schema's JSON.
-    return SchemaConverter(c.rules, schema, strict=strict).value(schema, hint)
-
-
-__all__ = ["MINIMAX_DEFAULT_SYSTEM", "MiniMaxM2", "minimax_call_grammar"]
+__all__ = ["MINIMAX_DEFAULT_SYSTEM", "MiniMaxM2"]

@@ -23,12 +23,11 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import SchemaError, ValidationError
-from ..grammar import CallRules, Grammar, ToolLike, Trigger
-from ..grammar.gbnf import literal
+from ..errors import ValidationError
+from ..grammar import Grammar, ToolLike
 from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..segments import Block, BlockBuilder, Segment
 from ..validation import (
     JSON_CALL_NAMES,
     CallNames,
@@ -40,16 +39,12 @@ from ..validation import (
 from .base import StreamParser
 from .chatml import ENDOFTEXT, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
-from .parsers.values import Schemas, render_value, tool_schemas
+from .parsers.values import Schemas, tool_schemas
 from .parsers.xmlcalls import (
-    FUNCTION,
-    FUNCTION_END,
-    PARAMETER,
-    PARAMETER_END,
-    XMLCallParser,
-    value_rule,
+    QWEN_XML,
 )
 from .qwen3 import Qwen3, split_thought
+from .xmlsyntax import XMLSyntaxParser, call_grammar
 
 #: The calls (``<function=name>``, ``<parameter=name>``) and tool descriptions they write.
 _XML_MARKUP = frozenset(
@@ -121,20 +116,14 @@ class XMLCallsMixin(Qwen3):
         if raw is not None:
             b.tagged(raw)  # history re-renders to the tokens the model produced
             return
-        b.control(TOOL_CALL, required=False)
-        text = f"\n{FUNCTION}{name}>\n"
-        for key, value in json.loads(arguments).items():
-            text += f"{PARAMETER}{key}>\n{render_value(value)}\n{PARAMETER_END}\n"
-        b.text(text + FUNCTION_END + "\n")
-        b.control(TOOL_CALL_END, required=False)
+        QWEN_XML.write(b, [(name, json.loads(arguments))])
 
     def _answer_parser(self, id_factory: Callable[[], str] | None) -> StreamParser:
         """Text and XML calls, values typed by :attr:`tool_schemas`."""
-        return XMLCallParser(
+        return XMLSyntaxParser(
+            QWEN_XML,
             id_factory=id_factory,
             stop_controls=self.stop_controls,
-            open_tag=TOOL_CALL,
-            close_tag=TOOL_CALL_END,
             schemas=self.tool_schemas,
         )
 
@@ -143,8 +132,7 @@ class XMLCallsMixin(Qwen3):
         when the prompt opened a thought (the call comes after it, which the grammar says)."""
         if self.thinking and self.prompt_opens_thought:
             return ()
-        opening = "\n" + FUNCTION + (f"{name}>\n" if name is not None else "")
-        return (Control(TOOL_CALL, False), Text(opening))
+        return QWEN_XML.opening(name)
 
     def call_grammar(
         self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
@@ -352,53 +340,14 @@ def coder_tool(definition: Mapping[str, Any]) -> str:
 
 # ==== The call grammar ====
 
-# A string value: any text without "</p" (so it cannot run past its closing tag).
-_TEXT_VALUE = '([^<] | "<" [^/] | "</" [^p])*'
-_NAME_CHARS = "[^<>\\n]+"
-_PARAM_END = literal("\n" + PARAMETER_END + "\n")
-
 
 def xml_call_grammar(
     tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
 ) -> Grammar:
-    """Calls ``<tool_call>\\n<function=NAME>\\n`` … ``</function>\\n</tool_call>`` of ``tools``.
-
-    Each declared parameter comes in the schema's order, the required ones always; a string
-    value is free text (one of its ``enum`` when it has one); an integer, number, object or
-    array value follows its schema as JSON; a boolean is ``true``/``false`` in either spelling
-    (the templates write Python's ``True``). A tool without declared parameters takes any.
-    Lazy unless ``required``: the grammar starts at ``<tool_call>``."""
-    c = CallRules(tools)
-    text = c.rules.add("xml-text", _TEXT_VALUE)
-    alts = []
-    for tool in c.tools:
-        params = tool.function.get("parameters")
-        props = params.get("properties") if isinstance(params, Mapping) else None
-        needed = params.get("required") if isinstance(params, Mapping) else None
-        strict = tool.function.get("strict") is True
-        parts = []
-        for key, schema in props.items() if isinstance(props, Mapping) else ():
-            try:
-                value = value_rule(c, schema, text, strict, f"{tool.name}-{key}")
-            except SchemaError as exc:
-                raise exc.of(f"function {tool.name!r}") from None
-            one = f"{literal(PARAMETER + key + '>' + chr(10))} {value} {_PARAM_END}"
-            parts.append(one if isinstance(needed, list) and key in needed else f"({one})?")
-        if not isinstance(props, Mapping) or not props:
-            free = f'{literal(PARAMETER)} {_NAME_CHARS} ">\\n" {text} {_PARAM_END}'
-            parts.append(f"({free})*")
-        head = literal(f"{FUNCTION}{tool.name}>\n")
-        body = " ".join([head, *parts, literal(FUNCTION_END + "\n")])
-        alts.append(c.rules.add(f"xml-call-{tool.name}", body))
-    call = c.rules.add("xml-call", " | ".join(alts))
-    tagged = c.rules.add(
-        "tagged-call", f"{literal(TOOL_CALL)} {literal(chr(10))} {call} {literal(TOOL_CALL_END)}"
-    )
-    calls = c.many(tagged, single=single)
-    preserved = (TOOL_CALL, TOOL_CALL_END)
-    if required:
-        return c.grammar(calls, preserved=preserved)
-    return c.grammar(calls, triggers=(Trigger("word", TOOL_CALL),), preserved=preserved)
+    """Calls ``<tool_call>\\n<function=NAME>\\n`` … ``</function>\\n</tool_call>`` of ``tools``
+    (:func:`~.xmlsyntax.call_grammar`: a boolean is ``true``/``false`` in either spelling, as
+    the templates write Python's ``True``). Lazy unless ``required``: from ``<tool_call>``."""
+    return call_grammar(QWEN_XML, tools, required=required, single=single)
 
 
 __all__ = ["CODER_DEFAULT_SYSTEM", "Qwen3Coder", "Qwen35", "coder_tool", "xml_call_grammar"]
