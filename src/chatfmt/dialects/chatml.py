@@ -12,13 +12,13 @@ The stream parser accepts the three shapes small Qwen models actually write: tag
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import WS_PATTERN, literal
 from ..markup import TOOL_CALL as TOOL_CALL
 from ..markup import TOOL_CALL_END as TOOL_CALL_END
-from ..markup import escape_lone_surrogates
+from ..markup import TOOL_RESPONSE, TOOL_RESPONSE_END, escape_lone_surrogates
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import JSON_CALL_NAMES, MessageRule, NeedsContent, NoMetadata
@@ -74,6 +74,30 @@ def hermes_call_prefix(name: str | None) -> tuple[Segment, ...]:
         return (Control(TOOL_CALL, False), Text("\n"))
     opening = '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
     return (Control(TOOL_CALL, False), Text(opening))
+
+
+def results_end(msgs: Sequence[Message], i: int) -> int:
+    """The index after the run of tool results that starts at ``i``."""
+    j = i
+    while j < len(msgs) and msgs[j].role in ("tool", "observation"):
+        j += 1
+    return j
+
+
+def render_tool_responses(
+    b: BlockBuilder, texts: Iterable[str], *, trailing_newline: bool = False
+) -> None:
+    """Tool results as Hermes-style templates write them in one turn: each on lines of its
+    own in ``<tool_response>`` tags (control tokens where the vocabulary has them), separated
+    by a newline; ``trailing_newline``: the newline after each block instead of before it."""
+    for text in texts:
+        if not trailing_newline:
+            b.text("\n")
+        b.control(TOOL_RESPONSE, required=False)
+        b.text("\n" + text + "\n")
+        b.control(TOOL_RESPONSE_END, required=False)
+        if trailing_newline:
+            b.text("\n")
 
 
 class ChatML(Dialect):

@@ -223,13 +223,8 @@ class _GLM45(Dialect):
             stop_controls=self.stop_controls,
             schemas=self.tool_schemas,
         )
-        return ThinkParser(
-            answer,
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=THINK,
-            close_tag=THINK_END,
-            started=self.thinking and self.prompt_opens_thought,
+        return ThinkParser.after_prompt_of(
+            self, answer, id_factory, started=self.thinking and self.prompt_opens_thought
         )
 
     def call_grammar(

@@ -28,6 +28,8 @@ from .chatml import (
     hermes_call_grammar,
     hermes_call_prefix,
     render_hermes_call,
+    render_tool_responses,
+    results_end,
 )
 from .fingerprint import Fingerprint
 from .parsers.hermes import HermesParser
@@ -154,14 +156,9 @@ class Granite4(Dialect):
         self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
     ) -> int:
         # Consecutive results share one user turn, one <tool_response> block each.
-        j = i
+        j = results_end(msgs, i)
         self._head(b, "user")
-        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
-            b.text("\n")
-            b.control(TOOL_RESPONSE, required=False)
-            b.text("\n" + msgs[j].text + "\n")
-            b.control(TOOL_RESPONSE_END, required=False)
-            j += 1
+        render_tool_responses(b, (m.text for m in msgs[i:j]))
         self._end(b)
         blocks.append(b.block(range(i, j)))
         return j

@@ -182,13 +182,8 @@ class MiniMaxM2(Dialect):
             stop_controls=self.stop_controls,
             schemas=self.tool_schemas,
         )
-        return ThinkParser(
-            answer,
-            id_factory=id_factory,
-            stop_controls=self.stop_controls,
-            open_tag=THINK,
-            close_tag=THINK_END,
-            started=True,
+        return ThinkParser.after_prompt_of(
+            self, answer, id_factory, started=True
         )
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:

@@ -41,7 +41,7 @@ from .chatml import (
 from .fingerprint import Fingerprint
 from .parsers.mistral import ToolCallsParser
 from .parsers.think import ThinkParser
-from .qwen3_coder import XMLCallsMixin, xml_call_grammar
+from .qwen3_coder import XMLCallsMixin, render_result_lines, xml_call_grammar
 
 _INLINE = (TOOL_CALL, TOOL_CALL_END, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
 _TOOLS_HEAD = "# Tools\n\nYou have access to the following functions:\n\n<tools>"
@@ -157,20 +157,7 @@ class Nemotron3(XMLCallsMixin):
     def _render_results(
         self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
     ) -> int:
-        # Consecutive results share one user turn, each block on lines of its own.
-        j = i
-        b.control(IM_START)
-        b.text("user\n")
-        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
-            b.control(TOOL_RESPONSE, required=False)
-            b.text("\n" + msgs[j].text + "\n")
-            b.control(TOOL_RESPONSE_END, required=False)
-            b.text("\n")
-            j += 1
-        b.control(IM_END)
-        b.text("\n")
-        blocks.append(b.block(range(i, j)))
-        return j
+        return render_result_lines(b, msgs, i, blocks)
 
     def _generation_prompt(self, b: BlockBuilder) -> None:
         b.tagged(THINK + "\n" if self.thinking else _EMPTY_THOUGHT)

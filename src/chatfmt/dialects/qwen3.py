@@ -29,6 +29,8 @@ from .chatml import (
     TOOL_CALL_END,
     ChatML,
     render_hermes_call,
+    render_tool_responses,
+    results_end,
 )
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
 from .parsers.hermes import HermesParser
@@ -155,15 +157,10 @@ class Qwen3(ChatML):
     ) -> int:
         # Consecutive results share one user turn, one <tool_response> block each; the tags
         # are tokens of this vocabulary, the result between them is text.
-        j = i
+        j = results_end(msgs, i)
         b.control(IM_START)
         b.text("user")
-        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
-            b.text("\n")
-            b.control(TOOL_RESPONSE, required=False)
-            b.text("\n" + self._text(msgs[j]) + "\n")
-            b.control(TOOL_RESPONSE_END, required=False)
-            j += 1
+        render_tool_responses(b, (self._text(m) for m in msgs[i:j]))
         b.control(IM_END)
         b.text("\n")
         blocks.append(b.block(range(i, j)))

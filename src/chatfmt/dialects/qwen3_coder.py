@@ -37,7 +37,15 @@ from ..validation import (
     check_messages,
 )
 from .base import StreamParser
-from .chatml import ENDOFTEXT, IM_END, IM_START, TOOL_CALL, TOOL_CALL_END
+from .chatml import (
+    ENDOFTEXT,
+    IM_END,
+    IM_START,
+    TOOL_CALL,
+    TOOL_CALL_END,
+    render_tool_responses,
+    results_end,
+)
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
 from .parsers.values import Schemas, tool_schemas
 from .parsers.xmlcalls import (
@@ -94,6 +102,22 @@ def _bad_xml_name(name: str) -> bool:
 _XML_CALL_NAMES = CallNames(
     _bad_xml_name, "'<', '>' or a newline", "the call's XML tags", bad_key=_bad_xml_name
 )
+
+
+def render_result_lines(
+    b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
+) -> int:
+    """The run of tool results at ``i`` as the XML-call templates write it (Qwen3-Coder,
+    Nemotron 3): one user turn, each ``<tool_response>`` block on lines of its own; returns
+    the index after the run."""
+    j = results_end(msgs, i)
+    b.control(IM_START)
+    b.text("user\n")
+    render_tool_responses(b, (m.text for m in msgs[i:j]), trailing_newline=True)
+    b.control(IM_END)
+    b.text("\n")
+    blocks.append(b.block(range(i, j)))
+    return j
 
 
 class XMLCallsMixin(Qwen3):
@@ -193,20 +217,7 @@ class Qwen3Coder(XMLCallsMixin):
     def _render_results(
         self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
     ) -> int:
-        # Consecutive results share one user turn, each block on lines of its own.
-        j = i
-        b.control(IM_START)
-        b.text("user\n")
-        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
-            b.control(TOOL_RESPONSE, required=False)
-            b.text("\n" + msgs[j].text + "\n")
-            b.control(TOOL_RESPONSE_END, required=False)
-            b.text("\n")
-            j += 1
-        b.control(IM_END)
-        b.text("\n")
-        blocks.append(b.block(range(i, j)))
-        return j
+        return render_result_lines(b, msgs, i, blocks)
 
     def _generation_prompt(self, b: BlockBuilder) -> None:
         pass  # no thought to open or close

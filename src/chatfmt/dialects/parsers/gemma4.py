@@ -26,12 +26,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from ...events import Event, Finish, ParseResult, TextDelta
+from ...events import Event, Finish
 from ...jsonscan import WS
 from ...markup import held_suffix
-from ..base import StreamParser, finish_reason_for, single_message_result
+from ..base import StreamParser, finish_reason_for
 from .calls import CallStream, cut_problem
 from .minimax import json_value_text
+from .turn import TurnOutput
 from .values import Schemas, schema_types
 from .xmlcalls import MAX_NAME
 
@@ -244,7 +245,7 @@ class _Reader:
 # ==== The parser ====
 
 
-class Gemma4CallParser(StreamParser):
+class Gemma4CallParser(TurnOutput, StreamParser):
     """Incremental parser of one Gemma 4 answer: text and ``<|tool_call>`` calls.
 
     ``schemas`` (tool name → its parameters' ``properties``) types bare values. The call tags
@@ -274,8 +275,6 @@ class Gemma4CallParser(StreamParser):
         self._content: list[str] = []
         self._calls = CallStream(self._new_id, self._emit, self._warnings, raw_in_calls=False)
 
-    def _emit(self, event: Event) -> None:
-        self._events.append(event)
 
     # ==== Public interface ====
 
@@ -299,21 +298,11 @@ class Gemma4CallParser(StreamParser):
                 self._calls.cut(cut_problem(reason))
             self._record()
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        out, self._events = self._events, []
-        return out
+        return self._drain()
 
-    def result(self) -> ParseResult:
-        calls = self._calls
-        return single_message_result(
-            self._content, calls.complete, self._finish, self._warnings, calls.incomplete
-        )
 
     # ==== Modes ====
 
-    def _out(self, text: str) -> None:
-        if text:
-            self._content.append(text)
-            self._events.append(TextDelta(text))
 
     def _step(self, text: str) -> str:
         buf = self._hold + text

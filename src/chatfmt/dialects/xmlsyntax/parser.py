@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from ...events import Event, Finish, ParseResult, TextDelta
+from ...events import Event, Finish, TextDelta
 from ...markup import held_suffix
-from ..base import StreamParser, finish_reason_for, single_message_result
+from ..base import StreamParser, finish_reason_for
 from ..parsers.calls import CallStream, cut_problem
+from ..parsers.turn import TurnOutput
 from ..parsers.values import Schemas, json_text, parameter_schema, typed_value
 from .spec import MAX_NAME, XMLSyntax
 from .tags import tags_of
@@ -38,7 +39,7 @@ from .tags import tags_of
 _TEXT, _OPENING, _NAME, _BODY, _KEY, _AFTER_KEY, _VALUE, _TAIL, _BETWEEN, _SKIP = range(10)
 
 
-class XMLSyntaxParser(StreamParser):
+class XMLSyntaxParser(TurnOutput, StreamParser):
     """Incremental parser of one assistant turn in ``syntax``.
 
     ``schemas`` (tool name → its parameters' ``properties``) types the values; without it, or
@@ -119,8 +120,6 @@ class XMLSyntaxParser(StreamParser):
         )
         self._names, self._keys = self._tags.name, self._tags.key
 
-    def _emit(self, event: Event) -> None:
-        self._events.append(event)  # a method: the list is swapped after every feed
 
     # ==== Public interface ====
 
@@ -152,21 +151,11 @@ class XMLSyntaxParser(StreamParser):
             self._out("".join(self._ws))
         self._ws = []
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        out, self._events = self._events, []
-        return out
+        return self._drain()
 
-    def result(self) -> ParseResult:
-        calls = self._calls
-        return single_message_result(
-            self._content, calls.complete, self._finish, self._warnings, calls.incomplete
-        )
 
     # ==== Text ====
 
-    def _out(self, text: str) -> None:
-        if text:
-            self._content.append(text)
-            self._events.append(TextDelta(text))
 
     def _text(self, text: str) -> None:
         """Visible text; its trailing whitespace is held until text follows (before a block,
