@@ -200,7 +200,7 @@ def _as_parsed(name: str, calls: list[tuple[str, dict[str, Any]]]) -> Any:
         name = "qwen3-coder"
     if name not in ("qwen3-coder", "qwen3.5", "minimax-m2", "glm4.6", "glm4.7"):
         return calls
-    from chatfmt.dialects.parsers.minimax import json_value_text
+    from chatfmt.dialects.parsers.values import json_text as json_value_text
     from chatfmt.dialects.parsers.values import render_value, typed_value
 
     if name in ("minimax-m2", "glm4.6", "glm4.7"):  # strings as they are, others as JSON

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatfmt.dialects.parsers.glmxml import GLM46_XML, GLM47_XML
-from chatfmt.dialects.parsers.minimax import MINIMAX_XML
+from chatfmt.dialects.glm45 import GLM46_XML, GLM47_XML
+from chatfmt.dialects.minimax import MINIMAX_XML
 from chatfmt.dialects.parsers.values import tool_schemas
-from chatfmt.dialects.parsers.xmlcalls import QWEN_XML
+from chatfmt.dialects.qwen3_coder import QWEN_XML
 from chatfmt.dialects.xmlsyntax import XMLSyntax, XMLSyntaxParser, call_grammar
 from chatfmt.events import ParseResult, merge_deltas
 from chatfmt.segments import Control, Text

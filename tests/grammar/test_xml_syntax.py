@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from oracle import GrammarOracle
 
-from chatfmt.dialects.parsers.glmxml import GLM46_XML, GLM47_XML
-from chatfmt.dialects.parsers.minimax import MINIMAX_XML
-from chatfmt.dialects.parsers.xmlcalls import QWEN_XML
+from chatfmt.dialects.glm45 import GLM46_XML, GLM47_XML
+from chatfmt.dialects.minimax import MINIMAX_XML
+from chatfmt.dialects.qwen3_coder import QWEN_XML
 from chatfmt.dialects.xmlsyntax import XMLSyntax, call_grammar
 
 TOY = XMLSyntax(

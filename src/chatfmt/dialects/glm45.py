@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ..grammar import Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
@@ -32,11 +33,46 @@ from .base import Dialect, EndRule, ReasoningMode, StreamParser
 from .fingerprint import Fingerprint
 from .glm import ASSISTANT, GLM_MARKUP, OBSERVATION, SYSTEM, USER
 from .parsers.deepseek import valid_name
-from .parsers.glmxml import CALL_TAGS, GLM46_XML, GLM47_XML
 from .parsers.think import ThinkParser
 from .parsers.values import Schemas, tool_schemas
 from .qwen3 import split_thought
-from .xmlsyntax import XMLSyntax, XMLSyntaxParser, call_grammar
+from .xmlsyntax import NameRule, XMLSyntax, XMLSyntaxParser, call_grammar
+
+#: The tags of a call: control tokens of the GLM-4.5+ vocabulary.
+CALL_TAGS = (
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+)
+#: GLM-4.7's compact calls, ``<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris
+#: </arg_value></tool_call>``. The name is a bare word (up to the next tag: whitespace, quotes,
+#: angle brackets or backslashes make it none, so JSON in the tags is text); a value is raw text
+#: (a string as it is, anything else as JSON), typed by the tool's schema when read back; the
+#: text around calls is the message's content, which the templates write stripped.
+GLM47_XML = XMLSyntax(
+    block="<tool_call>{call}</tool_call>",
+    call="{name}{arguments}",
+    argument="<arg_key>{key}</arg_key><arg_value>{value}</arg_value>",
+    controls=CALL_TAGS,
+    scalars="json",
+    # A name is a bare word; a key keeps its whitespace and may hold ">".
+    name_rule=NameRule(forbidden="", valid=valid_name),
+    key_rule=NameRule(forbidden="<\n", strip=False),
+    space=None,  # the templates strip with Python's str.strip()
+    trim=True,
+    rule="glm",
+    words=("argument", "argument key"),
+)
+#: GLM-4.5 and 4.6: the same calls with a newline after each element (one parser reads both:
+#: whitespace between a call's elements is layout).
+GLM46_XML = replace(
+    GLM47_XML,
+    call="{name}\n{arguments}",
+    argument="<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n",
+)
 
 GMASK, SOP, ENDOFTEXT = "[gMASK]", "<sop>", "<|endoftext|>"
 #: Appended to each user turn when thinking is off (GLM-4.5/4.6); a token of the vocabulary.

@@ -8,7 +8,7 @@ generation prompt opens ``<think>``. Its history rule keeps the thought of every
 after the last user message (the tool loop in progress: interleaved thinking), and drops it
 from earlier turns.
 
-Calls are written as the template writes them (``parsers/minimax.MINIMAX_XML``: strings as
+Calls are written as the template writes them (``MINIMAX_XML`` below: strings as
 they are, other values as JSON) and read back typed by the tools' schemas: :meth:`with_tools`
 gives a dialect whose parser knows a request's tools.
 """
@@ -26,10 +26,29 @@ from ..segments import Block, BlockBuilder, Segment
 from ..validation import CallNames, MessageRule, NoMetadata, SystemOnlyFirst
 from .base import Dialect, StreamParser
 from .fingerprint import Fingerprint
-from .parsers.minimax import MINIMAX_XML
 from .parsers.think import ThinkParser
 from .parsers.values import Schemas, tool_schemas
-from .xmlsyntax import XMLSyntaxParser, call_grammar
+from .xmlsyntax import XMLSyntax, XMLSyntaxParser, call_grammar
+
+#: The calls, after the reply's text, in one block::
+#:
+#:     <minimax:tool_call>
+#:     <invoke name="get_weather">
+#:     <parameter name="city">Paris</parameter>
+#:     </invoke>
+#:     </minimax:tool_call>
+#:
+#: A value is raw text (a string as it is, any other value as JSON), typed by the tool's schema
+#: when read back. A call is complete at ``</invoke>``; a block holds several calls, so a call
+#: keeps no raw text of its own.
+MINIMAX_XML = XMLSyntax(
+    block="<minimax:tool_call>\n{calls}</minimax:tool_call>",
+    call='<invoke name="{name}">\n{arguments}</invoke>\n',
+    argument='<parameter name="{key}">{value}</parameter>\n',
+    controls=("<minimax:tool_call>", "</minimax:tool_call>"),
+    scalars="json",
+    rule="minimax",
+)
 
 BEGIN = "]~!b["
 ROLE = "]~b]"

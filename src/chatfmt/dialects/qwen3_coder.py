@@ -48,11 +48,29 @@ from .chatml import (
 )
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
 from .parsers.values import Schemas, tool_schemas
-from .parsers.xmlcalls import (
-    QWEN_XML,
-)
 from .qwen3 import Qwen3, split_thought
-from .xmlsyntax import XMLSyntaxParser, call_grammar
+from .xmlsyntax import XMLSyntax, XMLSyntaxParser, call_grammar
+
+#: The calls, each a block of its own (also Qwen3.5's and Nemotron 3's)::
+#:
+#:     <tool_call>
+#:     <function=get_weather>
+#:     <parameter=city>
+#:     Paris
+#:     </parameter>
+#:     </function>
+#:     </tool_call>
+#:
+#: A value is raw text: strings as they are, mappings and lists as JSON, other scalars as Python
+#: writes them (``True``, ``None``); read back, typed by the tool's schema. A call is complete at
+#: ``</function>``; what stands between it and ``</tool_call>`` is ignored, with a warning.
+QWEN_XML = XMLSyntax(
+    block="<tool_call>\n{call}</tool_call>",
+    call="<function={name}>\n{arguments}</function>\n",
+    argument="<parameter={key}>\n{value}\n</parameter>\n",
+    controls=("<tool_call>", "</tool_call>"),
+    scalars="python",
+)
 
 #: The calls (``<function=name>``, ``<parameter=name>``) and tool descriptions they write.
 _XML_MARKUP = frozenset(

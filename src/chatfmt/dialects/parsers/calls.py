@@ -26,6 +26,10 @@ from ...events import Event, IncompleteCall, ToolCallDelta, ToolCallEnd, ToolCal
 from ...jsonscan import CallScanner
 from ...messages import ToolCall
 
+#: A tool or argument name longer than this is no name (names are at most 64 characters under
+#: OpenAI's rule): what a parser reads as one is bounded.
+MAX_NAME = 256
+
 
 def cut_problem(reason: Literal["stop", "length"]) -> str:
     """How a call the output ended inside it is described in warnings."""

@@ -24,9 +24,8 @@ from ...grammar.calls import CallRules
 from ...grammar.gbnf import literal
 from ...jsonscan import WS, CallScanner
 from ..base import StreamParser, finish_reason_for
-from .calls import CallStream, cut_problem
+from .calls import MAX_NAME, CallStream, cut_problem
 from .turn import TurnOutput
-from .xmlcalls import MAX_NAME
 
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"

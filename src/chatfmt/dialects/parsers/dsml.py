@@ -22,10 +22,9 @@ from ...grammar.schema import SchemaConverter
 from ...jsonscan import WS
 from ...markup import held_suffix
 from ..base import StreamParser, finish_reason_for
-from .calls import CallStream, cut_problem
+from .calls import MAX_NAME, CallStream, cut_problem
 from .deepseek import DSML, valid_name
 from .turn import TurnOutput
-from .xmlcalls import MAX_NAME
 
 # ==== DSML (V3.2, V4) ====
 

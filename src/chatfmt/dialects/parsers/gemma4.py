@@ -30,11 +30,9 @@ from ...events import Event, Finish
 from ...jsonscan import WS
 from ...markup import held_suffix
 from ..base import StreamParser, finish_reason_for
-from .calls import CallStream, cut_problem
-from .minimax import json_value_text
+from .calls import MAX_NAME, CallStream, cut_problem
 from .turn import TurnOutput
-from .values import Schemas, schema_types
-from .xmlcalls import MAX_NAME
+from .values import Schemas, json_text, schema_types
 
 QUOTE = '<|"|>'
 CALL = "<|tool_call>"
@@ -436,7 +434,7 @@ class Gemma4CallParser(TurnOutput, StreamParser):
             return False
         lead = ", " if self._keys else "{"
         self._keys[key] = None
-        self._calls.stream(f"{lead}{json_value_text(key)}: {json_value_text(value)}")
+        self._calls.stream(f"{lead}{json_text(key)}: {json_text(value)}")
         return True
 
     def _broken(self, problem: str) -> None:

@@ -28,11 +28,8 @@ from typing import Any, Literal
 from ...jsonscan import WS
 from ...markup import escape_lone_surrogates
 from ...segments import BlockBuilder, Control, Segment, Text
+from ..parsers.calls import MAX_NAME
 from ..parsers.values import json_text, render_value
-
-#: A tool or argument name longer than this, or one holding a character its rule forbids,
-#: is not one.
-MAX_NAME = 256
 
 # One tag of a layout: from a "<" to the next one, or what comes before the first "<".
 _TAG = re.compile(r"<[^<]*|[^<]+")
