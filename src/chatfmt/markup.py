@@ -50,7 +50,7 @@ def has_lone_surrogate(text: str) -> bool:
 def escape_lone_surrogates(text: str) -> str:
     """``text`` with each lone surrogate written as its JSON escape (``\\ud800``), as a
     template's ``tojson`` leaves it: the text stays encodable and means the same JSON."""
-    if not _LONE_SURROGATE.search(text):
+    if text.isascii() or not _LONE_SURROGATE.search(text):  # isascii: the common case, fast
         return text
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 

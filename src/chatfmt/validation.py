@@ -106,13 +106,15 @@ def check_common(conv: Conversation, *, strict: bool = True) -> None:
 #
 # A dialect declares the per-message rules of its format (``Dialect.rules``) instead of writing
 # them out again: each is checked on every message of a strict validation, in the order listed.
+# A rule loops over the messages itself: one call per rule, not one per message (validation
+# runs on every request).
 
 
 class MessageRule(Protocol):
-    """A per-message check: raises :class:`ValidationError` for a message the format cannot
-    write. ``dialect`` is the dialect's name, for the message."""
+    """A check of each message: raises :class:`ValidationError` naming the first message
+    the format cannot write. ``dialect`` is the dialect's name, for the message."""
 
-    def __call__(self, dialect: str, index: int, message: Message) -> None: ...
+    def __call__(self, dialect: str, messages: Sequence[Message]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,14 +124,15 @@ class NoMetadata:
 
     hint: str = ""
 
-    def __call__(self, dialect: str, index: int, message: Message) -> None:
-        if message.metadata:
-            raise ValidationError(
-                f"the {dialect} format has no header metadata and would drop it; remove "
-                f"'metadata'{self.hint}",
-                index=index,
-                rule="metadata",
-            )
+    def __call__(self, dialect: str, messages: Sequence[Message]) -> None:
+        for index, message in enumerate(messages):
+            if message.metadata:
+                raise ValidationError(
+                    f"the {dialect} format has no header metadata and would drop it; remove "
+                    f"'metadata'{self.hint}",
+                    index=index,
+                    rule="metadata",
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,19 +146,20 @@ class CallNames:
     breaks: str
     bad_key: Callable[[str], bool] | None = None
 
-    def __call__(self, dialect: str, index: int, message: Message) -> None:
-        for call in message.tool_calls or ():
-            wrong = [call.name] if self.bad(call.name) else []
-            if self.bad_key is not None:
-                wrong += [k for k in call.arguments_dict() if self.bad_key(k)]
-            if wrong:
-                what = "tool call name" if self.bad_key is None else "tool call name or argument"
-                raise ValidationError(
-                    f"{what} {wrong[0]!r} is empty or holds {self.holds}, which break "
-                    f"{self.breaks}; use a plain identifier such as 'get_weather'",
-                    index=index,
-                    rule="tool-call-name",
-                )
+    def __call__(self, dialect: str, messages: Sequence[Message]) -> None:
+        what = "tool call name" if self.bad_key is None else "tool call name or argument"
+        for index, message in enumerate(messages):
+            for call in message.tool_calls or ():
+                wrong = [call.name] if self.bad(call.name) else []
+                if self.bad_key is not None:
+                    wrong += [k for k in call.arguments_dict() if self.bad_key(k)]
+                if wrong:
+                    raise ValidationError(
+                        f"{what} {wrong[0]!r} is empty or holds {self.holds}, which break "
+                        f"{self.breaks}; use a plain identifier such as 'get_weather'",
+                        index=index,
+                        rule="tool-call-name",
+                    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,25 +169,26 @@ class NeedsContent:
 
     calls_only: bool = False
 
-    def __call__(self, dialect: str, index: int, message: Message) -> None:
-        if message.content is not None or (message.role == "assistant" and (
-            message.tool_calls or not self.calls_only
-        )):
-            return
-        raise ValidationError(
-            f"a {message.role} message needs content for the {dialect} template; set content "
-            'to a string (it may be "")',
-            index=index,
-            rule="content",
-        )
+    def __call__(self, dialect: str, messages: Sequence[Message]) -> None:
+        for index, message in enumerate(messages):
+            if message.content is None and not (
+                message.role == "assistant" and (message.tool_calls or not self.calls_only)
+            ):
+                raise ValidationError(
+                    f"a {message.role} message needs content for the {dialect} template; set "
+                    'content to a string (it may be "")',
+                    index=index,
+                    rule="content",
+                )
 
 
 @dataclass(frozen=True, slots=True)
 class SystemOnlyFirst:
     """The template writes a system message only as the first message."""
 
-    def __call__(self, dialect: str, index: int, message: Message) -> None:
-        if message.role == "system" and index:
+    def __call__(self, dialect: str, messages: Sequence[Message]) -> None:
+        index = next((i for i, m in enumerate(messages) if i and m.role == "system"), 0)
+        if index:
             raise ValidationError(
                 f"the {dialect} template takes a system message only at the beginning and drops "
                 "a system message that is not first; move it first or merge it into the first "
@@ -209,9 +214,6 @@ JSON_CALL_NAMES = CallNames(
 
 
 def check_messages(dialect: str, conv: Conversation, rules: Sequence[MessageRule]) -> None:
-    """Every rule on every message, message by message."""
-    if not rules:
-        return
-    for i, m in enumerate(conv.messages):
-        for rule in rules:
-            rule(dialect, i, m)
+    """Every rule on the conversation's messages, rule by rule."""
+    for rule in rules:
+        rule(dialect, conv.messages)

@@ -71,17 +71,18 @@ def _function(tool: Tool) -> dict[str, Any] | None:
     return d if "type" not in d and "name" in d else None
 
 
-def _argument_names(dialect: str, index: int, message: Message) -> None:
+def _argument_names(dialect: str, messages: Sequence[Message]) -> None:
     """A DSML call writes each argument name in a ``parameter name="…"`` attribute."""
-    for call in message.tool_calls or ():
-        for key in call.arguments_dict():
-            if '"' in key or "<" in key:
-                raise ValidationError(
-                    f"argument name {key!r} holds a quote or '<', which break the call's "
-                    "parameter tag",
-                    index=index,
-                    rule="tool-call-arguments",
-                )
+    for index, message in enumerate(messages):
+        for call in message.tool_calls or ():
+            for key in call.arguments_dict():
+                if '"' in key or "<" in key:
+                    raise ValidationError(
+                        f"argument name {key!r} holds a quote or '<', which break the call's "
+                        "parameter tag",
+                        index=index,
+                        rule="tool-call-arguments",
+                    )
 
 
 class DeepSeekV32(DeepSeekBase):

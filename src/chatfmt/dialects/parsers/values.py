@@ -17,13 +17,13 @@ from typing import Any
 
 from ...grammar import ToolLike
 from ...jsonscan import WS
+from ...markup import escape_lone_surrogates
 from ...messages import Tool
 
 #: Tool name → the ``properties`` of its parameters' schema: what types a call's values.
 Schemas = Mapping[str, Mapping[str, Any]]
 
 _INTEGER = re.compile(r"-?[0-9]+")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # What a value must start with to be read as JSON when no schema says what it is.
 _JSON_START = tuple('{["-0123456789')
 # Schema nesting read for types, and schema nodes a tool's $refs are resolved into: a request's
@@ -198,13 +198,12 @@ def render_value(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json_text(value)
     # A lone surrogate (from a "\ud800" escape) is not text a tokenizer can take: keep it escaped.
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", str(value))
+    return escape_lone_surrogates(value if type(value) is str else str(value))
 
 
 def json_text(value: Any) -> str:
     """``value`` as JSON, lone surrogates kept escaped."""
-    text = json.dumps(value, ensure_ascii=False)
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
 
 
 def tool_schemas(tools: Sequence[ToolLike]) -> dict[str, Mapping[str, Any]]:

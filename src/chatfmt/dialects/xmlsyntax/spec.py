@@ -65,6 +65,33 @@ class Tagged:
         return cls(opening[-1] if opening else "", closing[0] if closing else "")
 
 
+def _lay(b: BlockBuilder, run: list[str], part: str | tuple[tuple[bool, str], ...]) -> None:
+    """Layout text: plain text joins the run; one holding control tags writes the run so far,
+    then each tag as a control."""
+    if isinstance(part, str):
+        run.append(part)
+        return
+    for control, text in part:
+        if control:
+            if run:
+                b.text("".join(run))
+                run.clear()
+            b.control(text, required=False)
+        else:
+            run.append(text)
+
+
+def _split_controls(text: str, controls: Sequence[str]) -> Iterator[tuple[bool, str]]:
+    """Layout text as ``(is_control, text)`` pieces, its control tags apart."""
+    if not controls:
+        if text:
+            yield False, text
+        return
+    for part in re.split("(" + "|".join(map(re.escape, controls)) + ")", text):
+        if part:
+            yield part in controls, part
+
+
 def _tags(layout: str) -> list[str]:
     return [t for t in (m.strip() for m in _TAG.findall(layout)) if t]
 
@@ -129,6 +156,17 @@ class XMLSyntax:
     value_open: str = field(init=False)
     value_close: str = field(init=False)
     pad: tuple[str, str] = field(init=False)
+    #: Each layout text of :func:`layouts` split into ``(is_control, text)`` pieces, once.
+    plan: tuple[tuple[tuple[bool, str], ...], ...] = field(init=False, repr=False, compare=False)
+    #: :attr:`plan` for the renderer: a layout text without control tags as its plain text.
+    fast: tuple[str | tuple[tuple[bool, str], ...], ...] = field(
+        init=False, repr=False, compare=False
+    )
+    #: Whether a call's own layout (name, arguments, its end) holds no control tag; then
+    #: :attr:`plain` is its text: before and after the name, the call's end, before and after
+    #: a key, after a value.
+    plain_calls: bool = field(init=False, repr=False, compare=False)
+    plain: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         head, tail, name_before, name_after, call_tail, key_before, key_after, value_after = (
@@ -149,7 +187,18 @@ class XMLSyntax:
             "value_open": value_open,
             "value_close": _tags(value_after)[0],
             "pad": (lead, trail),
+            "plan": tuple(
+                tuple(_split_controls(text, self.controls))
+                for text in _layouts(self.block, self.call, self.argument)
+            ),
         }
+        read["fast"] = tuple(
+            part if any(control for control, _ in part) else "".join(t for _, t in part)
+            for part in read["plan"]  # type: ignore[attr-defined]
+        )
+        inner = read["fast"][2:]  # type: ignore[index]
+        read["plain_calls"] = all(isinstance(p, str) for p in inner)
+        read["plain"] = tuple(str(p) for p in inner) if read["plain_calls"] else ()
         for attr, value in read.items():
             object.__setattr__(self, attr, value)  # a frozen dataclass's derived fields
         if self.many and not (self.name.open and self.call_close):
@@ -169,45 +218,74 @@ class XMLSyntax:
         one for all, :attr:`many`): ``(is_control, text)`` pieces, controls only from the
         layout, never from a name or a value."""
         head, tail, name_before, name_after, call_tail, key_before, key_after, value_after = (
-            layouts(self)
+            self.plan
         )
         for group in [calls] if self.many else [[c] for c in calls]:
-            yield from self._layout(head)
+            yield from head
             for name, arguments in group:
-                yield from self._layout(name_before)
+                yield from name_before
                 yield False, escape_lone_surrogates(name)
-                yield from self._layout(name_after)
+                yield from name_after
                 for key, value in arguments.items():
-                    yield from self._layout(key_before)
+                    yield from key_before
                     yield False, escape_lone_surrogates(key)
-                    yield from self._layout(key_after)
+                    yield from key_after
                     yield False, self.value_text(value)
-                    yield from self._layout(value_after)
-                yield from self._layout(call_tail)
-            yield from self._layout(tail)
-
-    def _layout(self, text: str) -> Iterator[tuple[bool, str]]:
-        """Layout text, its control tags apart."""
-        parts = re.split("(" + "|".join(map(re.escape, self.controls)) + ")", text)
-        for part in parts if self.controls else [text]:
-            if part:
-                yield part in self.controls, part
+                    yield from value_after
+                yield from call_tail
+            yield from tail
 
     def write(self, b: BlockBuilder, calls: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """Write :meth:`pieces` of ``calls`` (its control tags as optional controls: a
-        vocabulary without them spells them as text)."""
-        for control, text in self.pieces(calls):
-            if control:
-                b.control(text, required=False)
-            else:
-                b.text(text)
+        vocabulary without them spells them as text). Adjacent text goes to the builder as
+        one piece. This is the render's hot path: a call whose layout holds no control tag
+        (Qwen's, MiniMax's: the tags are the block's) is joined as one string."""
+        if self.plain_calls and not self.many and len(calls) == 1:
+            # One call in its own block (Qwen3-Coder): the block's tags around one string.
+            nb, na, ct, kb, ka, va = self.plain
+            esc, value_text = escape_lone_surrogates, self.value_text
+            name, arguments = calls[0]
+            body = f"{nb}{esc(name)}{na}"
+            for k, v in arguments.items():  # a loop, not a generator: the hot path
+                body += f"{kb}{esc(k)}{ka}{value_text(v)}{va}"
+            body += ct
+            for part in self.plan[0]:  # the block's head: its tags, the text after them
+                if part[0]:
+                    b.control(part[1], required=False)
+                else:
+                    b.text(part[1])
+            b.text(body)
+            for part in self.plan[1]:  # the block's tail
+                if part[0]:
+                    b.control(part[1], required=False)
+                else:
+                    b.text(part[1])
+            return
+        fast = self.fast
+        run: list[str] = []
+        for group in [calls] if self.many else [[c] for c in calls]:
+            _lay(b, run, fast[0])
+            for name, arguments in group:
+                _lay(b, run, fast[2])
+                run.append(escape_lone_surrogates(name))
+                _lay(b, run, fast[3])
+                for key, value in arguments.items():
+                    _lay(b, run, fast[5])
+                    run.append(escape_lone_surrogates(key))
+                    _lay(b, run, fast[6])
+                    run.append(self.value_text(value))
+                    _lay(b, run, fast[7])
+                _lay(b, run, fast[4])
+            _lay(b, run, fast[1])
+        if run:
+            b.text("".join(run))
 
     def opening(self, name: str | None) -> tuple[Segment, ...]:
         """A call's text up to its first argument (up to its name when ``name`` is
         ``None``): the prefix a forced call starts the reply with."""
-        head, _, name_before, name_after = layouts(self)[:4]
-        layout = self._layout(head + name_before)
-        named = [(False, name), *self._layout(name_after)] if name is not None else []
+        head, _, name_before, name_after = self.plan[:4]
+        layout = [*head, *name_before]
+        named = [(False, name), *name_after] if name is not None else []
         out: list[Segment] = []
         for control, text in [*layout, *named]:
             if control:
