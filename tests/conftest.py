@@ -1,9 +1,20 @@
 """Shared fixtures: real tokenizers, and the reference assets beside the project; and the
-``slow`` marker given to every test that starts a real model runtime, kernel or browser.
+tier markers, ``oracle`` and ``slow``, given to each test by what it uses.
 
-Two tiers: ``pytest -m "not slow"`` (``scripts/test --fast``) runs without llama.cpp, a
-model, a kernel or a browser in a few minutes; plain ``pytest`` (``scripts/test``, CI) runs
-everything. A test that needs an optional part and finds it missing skips, saying which.
+Three tiers (``scripts/test`` runs them one after the other; CONTRIBUTING.md says which to run
+when):
+
+- unit (``-m "not oracle and not slow"``, ``scripts/test --fast``): goldens, parsers,
+  grammars, the server over a scripted engine, properties; no vendor's code, no model;
+- oracle (``-m "oracle and not slow"``): tests checked against a vendor's own code — the
+  published chat templates rendered with jinja2 or transformers, the vendors' encoders
+  (mistral-common, llama-models, openai-harmony, the DeepSeek tokenizer) and the vocabularies
+  they ship;
+- slow (``-m slow``): a real model runtime, llama-server, a kernel, a browser, a PostgreSQL
+  server, real clients.
+
+Hypothesis's example counts come from one knob, ``CHATFMT_PROFILE`` (``tests/profiles.py``).
+A test that needs an optional part and finds it missing skips, saying which.
 """
 
 from __future__ import annotations
@@ -18,7 +29,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+
+from profiles import register
+from tiers import assign_tiers
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -26,63 +39,13 @@ ASSETS = SHARED / "assets"
 REFERENCE = SHARED / "reference"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
-_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-settings.register_profile("default", max_examples=_EXAMPLES, deadline=None)
-# CI explores the same examples on every run, so a landing never hinges on a lucky draw; local
-# runs draw new examples each time and keep finding new cases.
-settings.register_profile("ci", max_examples=_EXAMPLES, deadline=None, derandomize=True)
-settings.load_profile("ci" if os.environ.get("CI") else "default")
-
-#: Fixtures that start (or assemble) a real model runtime, kernel or browser: a test that uses
-#: one, directly or through another fixture, is ``slow``.
-SLOW_FIXTURES = frozenset(
-    {
-        "default_model_path",  # the embedded model, run by llama.cpp
-        "llama_server_binary",
-        "raw_llama_server",
-        "gemma_gguf",
-        "gemma",
-        "kernel",  # tests/interpreter: a Jupyter kernel
-        "browser",  # tests/web: Chromium
-        "chromium",
-    }
-)
-#: Fixtures with a generic name that start one only in the module that defines them.
-SLOW_MODULE_FIXTURES = {"web/test_files.py": frozenset({"app"})}  # a real sandboxed kernel
-#: Modules whose every test needs one without going through a fixture above.
-SLOW_MODULES = frozenset(
-    {
-        "server/test_real_model.py",  # both engines on the default model
-        "engines/test_local.py",  # llama.cpp in process
-        "web/test_tenants.py",  # real kernels per API key
-    }
-)
-#: Single tests that start one themselves (better: ``@pytest.mark.slow`` on the test).
-SLOW_TESTS = frozenset(
-    {
-        "web/test_files.py::test_an_upload_past_the_disk_cap_is_refused",  # a real kernel
-        "engines/test_default_model.py::test_real_default_model_assembles",  # the real model
-        # Gemma 3's vocabulary read by llama.cpp (the fixture is looked up by name).
-        "test_decoding.py::test_whole_text_chunks_and_ids_agree[gemma3-gemma]",
-    }
-)
+register()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``slow`` each test that needs a real model runtime, kernel or browser (see
-    :data:`SLOW_FIXTURES`), so that ``-m "not slow"`` is the fast tier in any environment."""
-    tests = Path(__file__).resolve().parent
-    for item in items:
-        path = item.path.resolve()
-        module = path.relative_to(tests).as_posix() if path.is_relative_to(tests) else ""
-        used = set(getattr(item, "fixturenames", ()))
-        if (
-            module in SLOW_MODULES
-            or f"{module}::{item.name}" in SLOW_TESTS
-            or used & SLOW_FIXTURES
-            or used & SLOW_MODULE_FIXTURES.get(module, frozenset())
-        ):
-            item.add_marker(pytest.mark.slow)
+    """Mark each test with its tier (``slow``, ``oracle``; neither: unit) by what it uses, so
+    that the tiers' selections hold in any environment (the rules: ``tests/tiers.py``)."""
+    assign_tiers(items)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -37,7 +36,6 @@ from chatfmt.events import (
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Tokenizer
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
 #: The tokenizer fixture each dialect's ids are checked with (None: text only).
 TOKENIZERS: dict[str, str | None] = {
     "chatml": "cl100k",
@@ -282,7 +280,6 @@ CALL_LIKE = '{"name": "delete_file", "arguments": {"path": "/home/user/important
 
 @pytest.mark.parametrize("name", [d for d in DIALECTS if d not in CALL_DIALECTS])
 @given(cut=st.integers(0, len(CALL_LIKE)), reason=st.sampled_from(["stop", "length"]))
-@settings(max_examples=MAX_EXAMPLES, deadline=None)
 def test_no_calls_where_the_format_has_none(name: str, cut: int, reason: Any) -> None:
     dialect = get_dialect(name)
     events, result = _parse(dialect, [CALL_LIKE[:cut]], None, reason)
@@ -293,7 +290,6 @@ def test_no_calls_where_the_format_has_none(name: str, cut: int, reason: Any) ->
 
 @pytest.mark.parametrize("name", CALL_DIALECTS)
 @settings(
-    max_examples=MAX_EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

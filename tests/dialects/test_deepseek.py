@@ -3,7 +3,6 @@ DeepSeek V3 vocabulary (ids, R1 and V3.1)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -15,11 +14,12 @@ from chatfmt.dialects import get_dialect
 from chatfmt.errors import ReasoningOptionError
 from chatfmt.messages import load_conversation
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-# 500 generated conversations per family at least: three properties share them (R1 and V3.1,
-# V3.2 and V4, and the ids), each family drawing thinking and the generation prompt.
-EXAMPLES = max(MAX_EXAMPLES, 250) if os.environ.get("CI") else MAX_EXAMPLES
+# 500 generated conversations per family at least in the full profile: three properties share
+# them (R1 and V3.1, V3.2 and V4, and the ids), each family drawing thinking and the generation
+# prompt.
+EXAMPLES = examples(1.25)
 BOS = "<｜begin▁of▁sentence｜>"
 TEMPLATES = {
     "deepseek-r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from chatfmt.dialects import list_dialects
 from chatfmt.dialects.detect import Detection, architecture_dialects, detect_dialect
+from profiles import examples
 
 TESTS = Path(__file__).resolve().parent.parent
 REFERENCE = TESTS.parent.parent / "shared" / "reference"
@@ -343,7 +344,7 @@ def test_only_available_dialects_are_proposed() -> None:
     assert detect_dialect(None, "gemma3", available=["chatml"]).name is None
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(0.25))
 @given(st.lists(st.sampled_from([*"<|>[]{}%-'\"\\n _ab/｜", "<|im_start|>", "{%-"])))
 def test_never_raises(pieces: list[str]) -> None:
     detection = detect_dialect("".join(pieces), None, available=["chatml"])

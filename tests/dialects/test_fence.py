@@ -16,6 +16,7 @@ from chatfmt.dialects.parsers.fence import FencedRuns
 from chatfmt.events import ToolCallDelta, ToolCallEnd, ToolCallStart
 from chatfmt.tokenizers import load_tokenizer
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
 QWEN = get_dialect("qwen2.5")
 
@@ -144,7 +145,7 @@ PIECES = st.sampled_from(
 QWEN_TOK = load_tokenizer("qwen2.5")
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(3))
 @given(
     parts=st.lists(PIECES, max_size=30),
     cuts=st.lists(st.integers(min_value=1, max_value=7), min_size=1, max_size=40),

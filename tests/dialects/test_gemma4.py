@@ -5,7 +5,6 @@ history rule, the notation and what is refused, by hand."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,11 @@ from chatfmt.dialects.parsers.gemma4 import format_value, read_value
 from chatfmt.errors import ValidationError
 from chatfmt.messages import Conversation, Tool, load_conversation
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-# The generated conversations must cover 500 for this family: two properties of half each.
-EXAMPLES = max(MAX_EXAMPLES, 250) if os.environ.get("CI") else MAX_EXAMPLES
+# The generated conversations cover 500 for this family in the full profile: two properties
+# of half each.
+EXAMPLES = examples(1.25)
 SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -80,7 +80,6 @@ def test_gemma4_history_matches_template(
     _check({**body, "tools": tools} if rich else body, False, thinking, gemma4_template)
 
 
-@settings(max_examples=MAX_EXAMPLES, deadline=None)
 @given(value=json_values)
 def test_the_notation_reads_back_what_it_writes(value: Any) -> None:
     if '<|"|>' in json.dumps(value) or any(

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from chatfmt import ValidationError, get_dialect
 from chatfmt.dialects.glm4 import TOOLS_IDENTITY
 from chatfmt.messages import Conversation, load_conversation
+from profiles import examples
 
 jinja2 = pytest.importorskip("jinja2")
 
@@ -111,7 +112,7 @@ def conversations(draw: st.DrawFn) -> Conversation:
     return load_conversation({"messages": msgs, "tools": tools})
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(2.5))
 @given(conversations())
 def test_generated_conversations_match_the_template(conv: Conversation) -> None:
     assert get_dialect("glm4").render_text(conv) == reference_text(conv)

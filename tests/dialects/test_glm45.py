@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,12 @@ from chatfmt.events import Event, ParseResult, event_json, merge_deltas
 from chatfmt.messages import load_conversation
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from test_decoding import CUTS, as_ids, as_text, chunks, outcome, outputs, run_ids, run_text
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-EXAMPLES = max(MAX_EXAMPLES, 250) if os.environ.get("CI") else MAX_EXAMPLES
+EXAMPLES = examples(1.25)
 DIALECTS = ("glm4.6", "glm4.7")
 TEMPLATES = {"glm4.6": "GLM-4.6.jinja", "glm4.7": "GLM-4.7-Flash.jinja"}
 _SETTINGS = settings(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,13 @@ from chatfmt.errors import ReasoningOptionError, ValidationError
 from chatfmt.events import Event, ParseResult, event_json, merge_deltas
 from chatfmt.messages import load_conversation
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from test_decoding import CUTS, assert_whole_chunks_ids_agree, outputs
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-# The generated conversations must cover 500 per template (one property each).
-EXAMPLES = max(MAX_EXAMPLES, 500) if os.environ.get("CI") else MAX_EXAMPLES
+# The generated conversations cover 500 per template in the full profile (one property each).
+EXAMPLES = examples(2.5)
 SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,

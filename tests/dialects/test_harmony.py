@@ -24,6 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streams import run_turn
 
+from profiles import examples
+
 pytest.importorskip("openai_harmony", reason="openai-harmony (the reference) is not installed")
 
 import openai_harmony as oh  # type: ignore[import-untyped,unused-ignore]
@@ -248,7 +250,7 @@ def conversations(draw: st.DrawFn) -> Conversation:
     return Conversation.model_validate({"messages": msgs, "tools": tools})
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(2.5), suppress_health_check=[HealthCheck.too_slow])
 @given(conv=conversations(), gen=st.booleans())
 def test_generated_conversations_match_the_reference(
     conv: Conversation, gen: bool, tok: Tokenizer, ref: Any
@@ -293,7 +295,7 @@ def reply_ids(tok: Tokenizer, messages: list[tuple[str, str | None, str]], style
     return ids
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.5), suppress_health_check=[HealthCheck.too_slow])
 @given(messages=st.lists(reply_message, min_size=1, max_size=4), style=st.integers(0, 1))
 def test_replies_parse_as_the_reference_parses_them(
     messages: list[tuple[str, str | None, str]], style: int, tok: Tokenizer, ref: Any

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,12 @@ from chatfmt.events import Event, ParseResult, event_json, merge_deltas
 from chatfmt.messages import Conversation, load_conversation
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from test_decoding import CUTS, as_ids, as_text, chunks, outcome, outputs, run_ids, run_text
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-EXAMPLES = max(MAX_EXAMPLES, 250) if os.environ.get("CI") else MAX_EXAMPLES
+EXAMPLES = examples(1.25)
 DIALECTS = ("kimi-k2", "kimi-k2-thinking")
 #: The reference of each dialect (docs/formats/kimi.md says why K2's is the Instruct one).
 TEMPLATES = {"kimi-k2": "Kimi-K2-Instruct.jinja", "kimi-k2-thinking": "Kimi-K2-Thinking.jinja"}

@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streams import run_turn
 
+from profiles import examples
+
 pytest.importorskip(
     "llama_models", reason="llama-models (the Llama 3 reference encoder) is not installed"
 )
@@ -222,7 +224,7 @@ def conversations(draw: st.DrawFn) -> Conversation:
     return Conversation.model_validate({"messages": msgs, "tools": draw(tools)})
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(2.5), suppress_health_check=[HealthCheck.too_slow])
 @given(conv=conversations(), gen=st.booleans())
 def test_generated_conversations_match_the_reference(
     conv: Conversation, gen: bool, tok: Tokenizer, ref: ChatFormat

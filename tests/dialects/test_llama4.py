@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import sys
 import types
 from pathlib import Path
@@ -26,6 +25,7 @@ from chatfmt.pycall import parse_tool_call
 from chatfmt.tokenizers import load_tokenizer
 from chatfmt.tokenizers.base import Tokenizer
 from chatfmt.tokenizers.tiktoken import llama4_from_file
+from profiles import examples
 
 pytest.importorskip(
     "llama_models", reason="llama-models (the Llama 4 reference encoder) is not installed"
@@ -65,9 +65,9 @@ try:
 except ImportError as exc:  # a module the stubs do not cover
     pytest.skip(f"the Llama 4 reference encoder cannot be imported: {exc}", allow_module_level=True)
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-# The generated conversations must cover 500 per family: two properties of half each.
-EXAMPLES = max(MAX_EXAMPLES, 250) if os.environ.get("CI") else MAX_EXAMPLES
+# The generated conversations cover 500 per family in the full profile: two properties of
+# half each.
+EXAMPLES = examples(1.25)
 DIALECT = Llama4()
 BUILTINS = ("brave_search", "wolfram_alpha", "photogen", "code_interpreter")
 
@@ -282,7 +282,6 @@ loose_value = st.recursive(
 )
 
 
-@settings(max_examples=MAX_EXAMPLES, deadline=None)
 @given(name=custom_name, args=st.dictionaries(arg_name, loose_value, max_size=4))
 def test_every_call_reads_back(name: str, args: dict[str, Any]) -> None:
     """Quotes, backslashes and line breaks in strings, and dicts, are written as Python

@@ -6,7 +6,6 @@ validation, and where the two references part."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from chatfmt.dialects.magistral import DEFAULT_SYSTEM
 from chatfmt.errors import ReasoningOptionError, ValidationError
 from chatfmt.messages import Conversation, load_conversation
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
 mc = pytest.importorskip("mistral_common", reason="mistral-common (the reference) is not installed")
 
@@ -32,9 +32,9 @@ from mistral_common.protocol.instruct.validator import ValidationMode  # noqa: E
 from mistral_common.tokens.tokenizers.instruct import InstructTokenizerV13  # noqa: E402
 from mistral_common.tokens.tokenizers.mistral import MistralTokenizer  # noqa: E402
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-# The generated conversations must cover 500 per family: two properties of half each.
-EXAMPLES = max(MAX_EXAMPLES, 250) if os.environ.get("CI") else MAX_EXAMPLES
+# The generated conversations cover 500 per family in the full profile: two properties of
+# half each.
+EXAMPLES = examples(1.25)
 DIALECT = get_dialect("magistral")
 TEMPLATE = "mistralai-Ministral-3-14B-Reasoning-2512.jinja"
 _SETTINGS = settings(

@@ -23,6 +23,7 @@ from chatfmt.events import Event, ParseResult, event_json, merge_deltas
 from chatfmt.messages import Conversation, load_conversation
 from chatfmt.segments import Control
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
 mc = pytest.importorskip("mistral_common", reason="mistral-common (the reference) is not installed")
 
@@ -189,7 +190,7 @@ def conversations(draw: st.DrawFn, v7: bool) -> Conversation:
 
 
 @pytest.mark.parametrize(("dialect", "vocab"), PAIRS, ids=[f"{d}-{v}" for d, v in PAIRS])
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(2.5), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_generated_conversations_match_the_reference(
     dialect: str, vocab: str, tokenizers: dict[str, tuple[Tokenizer, Any]], data: st.DataObject
@@ -200,7 +201,6 @@ def test_generated_conversations_match_the_reference(
 
 
 @pytest.mark.parametrize("vocab", ["v3", "tekken"])
-@settings(max_examples=200, deadline=None)
 @given(text=TEXT)
 def test_text_encodes_as_the_reference(
     vocab: str, text: str, tokenizers: dict[str, tuple[Tokenizer, Any]]
@@ -335,7 +335,7 @@ OUTPUTS = [read_text(c / "output.txt") for c in PARSE] + [
 
 
 @pytest.mark.parametrize("vocab", ["v3", "tekken"])
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(0.5))
 @given(data=st.data())
 def test_stream_equals_whole_for_text_chunks_and_ids(
     vocab: str, tokenizers: dict[str, tuple[Tokenizer, Any]], data: st.DataObject

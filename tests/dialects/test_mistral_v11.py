@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from chatfmt import get_dialect
 from chatfmt.messages import load_conversation
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
 pytest.importorskip("mistral_common", reason="mistral-common (the reference) is not installed")
 
@@ -46,7 +47,7 @@ def test_goldens_exist() -> None:
     assert len(render_cases("mistral-v11")) >= 6
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(2.5), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_generated_conversations_match_the_reference(
     mistral_v11_tok: Tokenizer, reference: Any, data: st.DataObject

@@ -5,7 +5,6 @@ what is refused, by hand."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,11 @@ from chatfmt.errors import ValidationError
 from chatfmt.messages import Conversation, Message, load_conversation
 from chatfmt.segments import Block
 from chatfmt.tokenizers.base import Tokenizer
+from profiles import examples
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-# The generated conversations must cover 500 for this family: two properties of half each.
-EXAMPLES = max(MAX_EXAMPLES, 250) if os.environ.get("CI") else MAX_EXAMPLES
+# The generated conversations cover 500 for this family in the full profile: two properties
+# of half each.
+EXAMPLES = examples(1.25)
 SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,11 @@ from chatfmt.events import ReasoningDelta, TextDelta, ToolCallEnd, ToolCallStart
 from chatfmt.messages import Conversation, load_conversation
 from chatfmt.segments import Control
 from chatfmt.tokenizers.tiktoken import QWEN3_ADDED_TOKENS, QWEN25_ADDED_TOKENS
+from profiles import examples
 
-MAX_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
-# The generated conversations must cover 500 per family: two properties of half each.
-EXAMPLES = max(MAX_EXAMPLES, 250) if os.environ.get("CI") else MAX_EXAMPLES
+# The generated conversations cover 500 per family in the full profile: two properties of
+# half each.
+EXAMPLES = examples(1.25)
 QWEN3_NEW = {t: 151643 + i for i, t in enumerate(QWEN3_ADDED_TOKENS)}
 QWEN3_NEW = {t: i for t, i in QWEN3_NEW.items() if t not in QWEN25_ADDED_TOKENS}
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from chatfmt.tokenizers import load_tokenizer
 from chatfmt.tokenizers.base import Tokenizer
 from chatfmt.tokenizers.gguf import GGUFTokenizer
+from profiles import examples
 
 TEXTS = [
     "Hello, world!",
@@ -42,7 +43,7 @@ def test_encode_matches_qwen25(gguf: GGUFTokenizer, reference: Tokenizer, text: 
     assert gguf.encode_text(text) == reference.encode_text(text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(1.5))
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=60))
 def test_encode_matches_qwen25_fuzzed(gguf: GGUFTokenizer, reference: Tokenizer, text: str) -> None:
     assert gguf.encode_text(text) == reference.encode_text(text)

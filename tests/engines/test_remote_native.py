@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from chatfmt.engines.base import GenerationChunk
 from chatfmt.engines.remote import NativeEvents
+from profiles import examples
 
 IM_END, NEWLINE, HI = 151645, 198, 13048
 DRAGON = (82912, 246)  # "龘" as the model writes it: b"\xe9\xbe", b"\x98"
@@ -159,7 +160,7 @@ def replies(draw: st.DrawFn, tok: Any) -> tuple[str, list[int]]:
     return "".join(chars), ids
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(0.75))
 @given(data=st.data())
 def test_the_text_is_always_the_models_and_the_ids_exact_where_they_can_be(qwen, data) -> None:
     text, ids = data.draw(replies(qwen))

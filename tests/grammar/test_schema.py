@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from oracle import GrammarOracle
 
 from chatfmt.grammar import SchemaError, json_grammar
+from profiles import examples
 
 ADDRESS = {
     "type": "object",
@@ -131,7 +132,7 @@ _ABSENT = object()
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(0.2), suppress_health_check=list(HealthCheck))
 @given(data=st.data(), indent=st.sampled_from([None, 2]))
 def test_valid_instances_are_accepted(
     judge: GrammarOracle, name: str, data: st.DataObject, indent: int | None

@@ -355,13 +355,15 @@ TOOLS: list[tuple[dict[str, Any], list[str]]] = [
 ]
 
 
-def json_cases() -> list[tuple[str, dict[str, Any], str]]:
+def json_cases(*, smoke: bool = False) -> list[tuple[str, dict[str, Any], str]]:
+    """Every schema with each of its subjects (``smoke``: with its first subject only)."""
     return [
         (name, schema, f"Describe {subject} as JSON.")
         for name, (schema, subjects) in SCHEMAS.items()
-        for subject in subjects
+        for subject in (subjects[:1] if smoke else subjects)
     ]
 
 
-def call_cases() -> list[tuple[dict[str, Any], str]]:
-    return [(t, prompt) for t, prompts in TOOLS for prompt in prompts]
+def call_cases(*, smoke: bool = False) -> list[tuple[dict[str, Any], str]]:
+    """Every tool with each of its prompts (``smoke``: with its first prompt only)."""
+    return [(t, prompt) for t, prompts in TOOLS for prompt in (prompts[:1] if smoke else prompts)]

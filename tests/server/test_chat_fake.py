@@ -14,6 +14,7 @@ from server_helpers import TIME_TOOL, USER_HI, WEATHER_TOOL, parse_sse
 
 from chatfmt.server import create_app
 from chatfmt.server.chat.schemas import ChatCompletionChunk
+from profiles import examples
 
 CALL = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
@@ -438,7 +439,7 @@ def test_long_conversation_renders_in_a_worker_thread(make_fake, qwen_dialect, q
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(0.2), suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     parts=st.lists(

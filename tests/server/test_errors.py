@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from server_helpers import USER_HI, WEATHER_TOOL
 
 from chatfmt.server import create_app
+from profiles import examples
 
 
 def post_raw(app: Any, content: bytes, *, path: str = "/v1/chat/completions") -> httpx.Response:
@@ -171,7 +172,7 @@ FIELDS = [
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(0.75), suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     fields=st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=5),

@@ -1,11 +1,10 @@
 """Fuzzing the server: every operation /openapi.json declares, with bodies generated from its
 schemas (schemathesis), and Responses API input items generated with their real shapes
-(hypothesis). Whatever arrives, the answer is never a 5xx. ``CHATFMT_MAX_EXAMPLES`` sets the
-examples per operation."""
+(hypothesis). Whatever arrives, the answer is never a 5xx. The example counts follow the
+profile (``tests/profiles.py``): a quarter of it per operation."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from profiles import examples
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a test dependency")
 
@@ -34,7 +35,6 @@ REPLIES = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa',
     '{"a": [1, 2, {"b": "c"}]}<|im_end|>',
 )
-_EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
 
 
 def _app() -> Any:
@@ -65,8 +65,7 @@ SENT: list[int] = []
 
 @SCHEMA.parametrize()
 @settings(
-    max_examples=max(10, _EXAMPLES // 4),
-    deadline=None,
+    max_examples=examples(0.25),
     suppress_health_check=list(HealthCheck),
 )
 def test_no_operation_answers_5xx(case: Any) -> None:
@@ -150,7 +149,7 @@ _item = st.one_of(
         },
     ),
 )
-@settings(max_examples=_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(suppress_health_check=list(HealthCheck))
 def test_generated_responses_items_never_5xx(
     items: list[dict[str, Any]], stream: bool, extra: dict[str, Any]
 ) -> None:

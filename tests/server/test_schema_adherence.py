@@ -1,7 +1,10 @@
 """The schema-adherence suite on the default model, through a real ``chatfmt serve`` app and the
 openai client: every forced tool call and every ``json_schema`` reply parses and validates
-(``jsonschema``) — on the embedded engine (llama-server as chatfmt's child) and on a remote
-llama.cpp server started by hand. 108 cases each (tests/server/adherence_cases.py)."""
+(``jsonschema``). In full (108 cases, tests/server/adherence_cases.py) on the embedded engine
+(llama-server as chatfmt's child); as a smoke test (one case per schema and per tool, 20) on a
+remote llama.cpp server started by hand. Both engines are the same llama-server with the same
+grammars, so the model's adherence is measured once; the remote one checks that its path (the
+grammar and the tools sent over HTTP, the reply read back) holds for every schema and tool."""
 
 from __future__ import annotations
 
@@ -24,13 +27,17 @@ jsonschema = pytest.importorskip("jsonschema")
 PARALLEL = 4
 
 
-@pytest.fixture(scope="module", params=["llama-server", "remote"])
+#: The engine the cases run on in full; the other runs the smoke cases.
+FULL = "llama-server"
+
+
+@pytest.fixture(scope="module", params=[FULL, "remote"])
 def client(
     request: pytest.FixtureRequest,
     default_model_path: Path,
     llama_server_binary: Path,
     raw_llama_server: Callable[..., AbstractContextManager[str]],
-) -> Iterator[Any]:
+) -> Iterator[tuple[Any, bool]]:
     from chatfmt.dialects import get_dialect
     from chatfmt.engines.base import Engine
     from chatfmt.server import create_app
@@ -64,7 +71,8 @@ def client(
         app = create_app(engine, get_dialect("qwen2.5"), model_name="default")
         with ServerThread(app, startup=getattr(engine, "connect", None)) as srv:
             assert engine.grammar_support == "lazy"
-            yield openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+            api = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+            yield api, request.param != FULL
             srv.call(engine.aclose())
 
 
@@ -75,10 +83,12 @@ def run_all(cases: list[Any], one: Callable[[Any], str | None]) -> None:
     assert not problems, f"{len(problems)} of {len(cases)} failed:\n" + "\n".join(problems)
 
 
-def test_json_schema_replies_always_validate(client: Any) -> None:
+def test_json_schema_replies_always_validate(client: tuple[Any, bool]) -> None:
+    api, smoke = client
+
     def one(case: tuple[str, dict[str, Any], str]) -> str | None:
         name, schema, prompt = case
-        out = client.chat.completions.create(
+        out = api.chat.completions.create(
             model="default",
             messages=[{"role": "user", "content": prompt}],
             response_format={
@@ -95,14 +105,16 @@ def test_json_schema_replies_always_validate(client: Any) -> None:
             return f"{name} / {prompt!r} ({out.choices[0].finish_reason}): {exc}: {text[:300]!r}"
         return None
 
-    run_all(json_cases(), one)
+    run_all(json_cases(smoke=smoke), one)
 
 
-def test_forced_calls_always_validate(client: Any) -> None:
+def test_forced_calls_always_validate(client: tuple[Any, bool]) -> None:
+    api, smoke = client
+
     def one(case: tuple[dict[str, Any], str]) -> str | None:
         tool, prompt = case
         fn = tool["function"]
-        out = client.chat.completions.create(
+        out = api.chat.completions.create(
             model="default",
             messages=[{"role": "user", "content": prompt}],
             tools=[tool],
@@ -120,12 +132,13 @@ def test_forced_calls_always_validate(client: Any) -> None:
             return f"{fn['name']} / {prompt!r}: {exc}: {calls[0].function.arguments!r}"
         return None
 
-    run_all(call_cases(), one)
+    run_all(call_cases(smoke=smoke), one)
 
 
-def test_streams_equal_whole_replies_under_constraints(client: Any) -> None:
+def test_streams_equal_whole_replies_under_constraints(client: tuple[Any, bool]) -> None:
     """The same greedy request streamed and whole: the same text and the same calls, and the
     streamed arguments only ever grow (append-only deltas)."""
+    api, _ = client
     name, schema, prompt = json_cases()[0]
     tool, question = call_cases()[0]
     bodies = [
@@ -145,9 +158,9 @@ def test_streams_equal_whole_replies_under_constraints(client: Any) -> None:
     ]
     for body in bodies:
         args = {"model": "default", "temperature": 0, "max_tokens": 300, **body}
-        whole = client.chat.completions.create(**args).choices[0].message
+        whole = api.chat.completions.create(**args).choices[0].message
         text, calls = "", {}
-        for chunk in client.chat.completions.create(**args, stream=True):
+        for chunk in api.chat.completions.create(**args, stream=True):
             if not chunk.choices:
                 continue
             delta = chunk.choices[0].delta

@@ -37,6 +37,7 @@ from test_render import TOOLS  # the same two tools the training render's proper
 from chatfmt import get_dialect
 from chatfmt.tokenizers.base import Tokenizer
 from chatfmt.training import IGNORE_INDEX, render_for_training
+from profiles import examples
 
 transformers = pytest.importorskip(
     "transformers", reason="transformers is missing (pip install 'chatfmt[bench]')"
@@ -154,7 +155,7 @@ def for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("which", ["marked at run time", "trl's qwen2_5_training.jinja"])
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(0.15), suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(messages=conversations(), with_tools=st.booleans())
 def test_labels_are_transformers_assistant_mask_less_the_two_newlines(

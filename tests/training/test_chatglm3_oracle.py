@@ -11,7 +11,6 @@ restates that rule on SentencePiece directly, apart from chatfmt's tokenizer and
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from hypothesis import strategies as st
 from chatfmt import get_dialect
 from chatfmt.training import IGNORE_INDEX, TrainingError, render_for_training
 
-EXAMPLES = int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200"))
 #: ChatGLM3's tokens after the SentencePiece vocabulary, in the order its tokenizer adds them.
 SPECIALS = ["[MASK]", "[gMASK]", "[sMASK]", "sop", "eop"]
 SPECIALS += ["<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"]
@@ -67,11 +65,7 @@ def plain_conversations(draw: st.DrawFn) -> list[dict[str, str]]:
     return msgs
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=plain_conversations())
 def test_ids_and_labels_match_the_official_finetune_demo(
     messages: list[dict[str, str]], sp: Any, glm: Any

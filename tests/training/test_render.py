@@ -5,7 +5,6 @@ before each trained turn are the ids serving sends for it."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
@@ -26,8 +25,9 @@ from chatfmt.training import (
     render_for_training,
 )
 from chatfmt.training.rules import closing_token, end_rule
+from profiles import examples
 
-EXAMPLES = min(int(os.environ.get("CHATFMT_MAX_EXAMPLES", "200")), 40)
+EXAMPLES = examples(0.2)
 SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
