@@ -89,7 +89,8 @@ class HermesParser(TurnOutput, StreamParser):
     def on_text(self, text: str) -> list[Event]:
         self._process(text)
         self._flush_args()
-        return self._drain()
+        out, self._events = self._events, []  # inline: once per chunk
+        return out
 
     def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
         mode = self._mode
@@ -111,7 +112,8 @@ class HermesParser(TurnOutput, StreamParser):
             self._end_call()
         self._drop_ws = ""
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        return self._drain()
+        out, self._events = self._events, []  # inline: once per chunk
+        return out
 
     # ==== Output ====
 

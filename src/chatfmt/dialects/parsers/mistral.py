@@ -119,7 +119,8 @@ class ToolCallsParser(_Streams, StreamParser):
                 self._mode, self._raw, text = _AFTER, [], text[1:]
             else:
                 self._degrade(f"expected a tool call object, got {c!r}")
-        return self._drain()
+        out, self._events = self._events, []  # inline: once per chunk
+        return out
 
     def _on_json(self, text: str) -> str:
         scan = self._scan
@@ -178,7 +179,8 @@ class ToolCallsParser(_Streams, StreamParser):
         elif mode in (_ELEM, _SEP):
             self._warnings.append(f"the tool call list {cut}")
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        return self._drain()
+        out, self._events = self._events, []  # inline: once per chunk
+        return out
 
 
 # Modes of a named call: its name; its id (after ``[CALL_ID]``); its arguments (after
@@ -242,7 +244,8 @@ class NamedCallsParser(_Streams, StreamParser):
                 self._degrade(f"tool call name {name!r} is not a function name")
         else:
             return self.on_text(token)
-        return self._drain()
+        out, self._events = self._events, []  # inline: once per chunk
+        return out
 
     def on_text(self, text: str) -> list[Event]:
         mode = self._mode
@@ -272,7 +275,8 @@ class NamedCallsParser(_Streams, StreamParser):
         elif mode == _SKIP and text.strip(WS) and not self._noted_skip:
             self._noted_skip = True
             self._warnings.append("the output after the malformed call was ignored")
-        return self._drain()
+        out, self._events = self._events, []  # inline: once per chunk
+        return out
 
     def _tail(self, text: str) -> None:
         if text.strip(WS) and not self._noted_tail:
@@ -357,4 +361,5 @@ class NamedCallsParser(_Streams, StreamParser):
         elif self._mode in (_NAME_MODE, _ID_MODE, _ARGS_MODE):
             self._degrade(f"the tool call {cut}")
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        return self._drain()
+        out, self._events = self._events, []  # inline: once per chunk
+        return out

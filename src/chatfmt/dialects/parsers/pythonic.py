@@ -65,7 +65,8 @@ class PythonicCallsParser(TurnOutput, StreamParser):
 
     def on_text(self, text: str) -> list[Event]:
         self._feed(text)
-        return self._drain()
+        out, self._events = self._events, []  # inline: once per chunk
+        return out
 
     def _feed(self, text: str) -> None:
         while text:
@@ -251,4 +252,5 @@ class PythonicCallsParser(TurnOutput, StreamParser):
             self._out("".join(self._held))
         self._held = []
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
-        return self._drain()
+        out, self._events = self._events, []  # inline: once per chunk
+        return out
