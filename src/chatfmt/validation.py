@@ -112,7 +112,9 @@ def check_common(conv: Conversation, *, strict: bool = True) -> None:
 
 class MessageRule(Protocol):
     """A check of each message: raises :class:`ValidationError` naming the first message
-    the format cannot write. ``dialect`` is the dialect's name, for the message."""
+    that breaks this rule. Rules run one after the other, so with two problems in a
+    conversation the first rule's is reported. ``dialect`` is the dialect's name, for the
+    message."""
 
     def __call__(self, dialect: str, messages: Sequence[Message]) -> None: ...
 

@@ -131,6 +131,8 @@ class Dialect(ABC):
     #: recognises its models (``None``: never detected, only chosen by name).
     fingerprint: Fingerprint | None = None
     #: How a turn ends in training data (see :class:`EndRule`; most families need none).
+    #: Inherited, unlike :attr:`fingerprint`: a subclass writes its parent's turns unless it
+    #: says otherwise, while detecting it for its parent's models would serve it wrongly.
     end_rule: EndRule = EndRule()
     #: Whether a reply is plain text and calls, so that an answer in words is a reply that
     #: opens with a word (:meth:`answer_grammar`).
