@@ -19,7 +19,6 @@ __all__ = [
     "TOOL_RESPONSE",
     "TOOL_RESPONSE_END",
     "escape_lone_surrogates",
-    "has_lone_surrogate",
     "held_suffix",
     "replace_lone_surrogates",
 ]
@@ -40,11 +39,6 @@ TOOL_RESPONSE_END = "</tool_response>"
 #: A UTF-16 surrogate standing alone: Python strings can hold one (a ``"\ud800"`` JSON escape
 #: decodes to it) but no tokenizer can encode it and no UTF-8 stream can carry it.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def has_lone_surrogate(text: str) -> bool:
-    """Whether ``text`` holds a surrogate code point (never valid in UTF-8 text)."""
-    return _LONE_SURROGATE.search(text) is not None
 
 
 def escape_lone_surrogates(text: str) -> str:

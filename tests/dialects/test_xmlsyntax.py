@@ -17,18 +17,7 @@ from chatfmt.dialects.qwen3_coder import QWEN_XML
 from chatfmt.dialects.xmlsyntax import XMLSyntax, XMLSyntaxParser, call_grammar
 from chatfmt.events import ParseResult, merge_deltas
 from chatfmt.segments import Control, Text
-
-#: A syntax no model writes, declared only here: what a new family amounts to.
-TOY = XMLSyntax(
-    block="<calls>\n{calls}</calls>",
-    call='<call name="{name}">\n{arguments}</call>\n',
-    argument="<arg:{key}>{value}</arg>\n",
-    controls=("<calls>", "</calls>"),
-    scalars="json",
-    rule="toy",
-)
-SYNTAXES = {"qwen": QWEN_XML, "minimax": MINIMAX_XML, "glm4.6": GLM46_XML, "glm4.7": GLM47_XML}
-SYNTAXES["toy"] = TOY
+from xml_syntaxes import SYNTAXES, TOY
 
 TOOLS = [
     {

@@ -8,21 +8,9 @@ from typing import Any
 import pytest
 from oracle import GrammarOracle
 
-from chatfmt.dialects.glm45 import GLM46_XML, GLM47_XML
-from chatfmt.dialects.minimax import MINIMAX_XML
-from chatfmt.dialects.qwen3_coder import QWEN_XML
-from chatfmt.dialects.xmlsyntax import XMLSyntax, call_grammar
+from chatfmt.dialects.xmlsyntax import call_grammar
+from xml_syntaxes import SYNTAXES
 
-TOY = XMLSyntax(
-    block="<calls>\n{calls}</calls>",
-    call='<call name="{name}">\n{arguments}</call>\n',
-    argument="<arg:{key}>{value}</arg>\n",
-    controls=("<calls>", "</calls>"),
-    scalars="json",
-    rule="toy",
-)
-SYNTAXES = {"qwen": QWEN_XML, "minimax": MINIMAX_XML, "glm4.6": GLM46_XML, "glm4.7": GLM47_XML}
-SYNTAXES["toy"] = TOY
 TOOLS = [
     {
         "type": "function",

@@ -21,7 +21,7 @@ whitespace the format means, and whether the text around calls is trimmed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -63,22 +63,6 @@ class Tagged:
         """The tags of a placeholder between the layout texts ``before`` and ``after``."""
         opening, closing = _tags(before), _tags(after)
         return cls(opening[-1] if opening else "", closing[0] if closing else "")
-
-
-def _lay(b: BlockBuilder, run: list[str], part: str | tuple[tuple[bool, str], ...]) -> None:
-    """Layout text: plain text joins the run; one holding control tags writes the run so far,
-    then each tag as a control."""
-    if isinstance(part, str):
-        run.append(part)
-        return
-    for control, text in part:
-        if control:
-            if run:
-                b.text("".join(run))
-                run.clear()
-            b.control(text, required=False)
-        else:
-            run.append(text)
 
 
 def _split_controls(text: str, controls: Sequence[str]) -> Iterator[tuple[bool, str]]:
@@ -158,20 +142,16 @@ class XMLSyntax:
     pad: tuple[str, str] = field(init=False)
     #: Each layout text of :func:`layouts` split into ``(is_control, text)`` pieces, once.
     plan: tuple[tuple[tuple[bool, str], ...], ...] = field(init=False, repr=False, compare=False)
-    #: :attr:`plan` for the renderer: a layout text without control tags as its plain text.
-    fast: tuple[str | tuple[tuple[bool, str], ...], ...] = field(
-        init=False, repr=False, compare=False
-    )
-    #: Whether a call's own layout (name, arguments, its end) holds no control tag; then
-    #: :attr:`plain` is its text: before and after the name, the call's end, before and after
-    #: a key, after a value.
-    plain_calls: bool = field(init=False, repr=False, compare=False)
-    plain: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    #: Where a call's own layout (name, arguments, its end) holds no control tag: its text
+    #: before and after the name, the call's end, before and after a key, after a value
+    #: (``None`` where it holds one).
+    plain: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        head, tail, name_before, name_after, call_tail, key_before, key_after, value_after = (
-            _layouts(self.block, self.call, self.argument)
-        )
+        texts = _layouts(self.block, self.call, self.argument)
+        head, tail, name_before, name_after, call_tail, key_before, key_after, value_after = texts
+        plan = tuple(tuple(_split_controls(text, self.controls)) for text in texts)
+        inner = plan[2:]
         key_tags = _tags(key_after)  # the key's closing tag, then the value's opening one
         value_open = key_tags[1] if len(key_tags) > 1 else ""
         # A value without an opening tag of its own is padded by the layout around it.
@@ -187,18 +167,13 @@ class XMLSyntax:
             "value_open": value_open,
             "value_close": _tags(value_after)[0],
             "pad": (lead, trail),
-            "plan": tuple(
-                tuple(_split_controls(text, self.controls))
-                for text in _layouts(self.block, self.call, self.argument)
+            "plan": plan,
+            "plain": (
+                None
+                if any(control for part in inner for control, _ in part)
+                else tuple("".join(text for _, text in part) for part in inner)
             ),
         }
-        read["fast"] = tuple(
-            part if any(control for control, _ in part) else "".join(t for _, t in part)
-            for part in read["plan"]  # type: ignore[attr-defined]
-        )
-        inner = read["fast"][2:]  # type: ignore[index]
-        read["plain_calls"] = all(isinstance(p, str) for p in inner)
-        read["plain"] = tuple(str(p) for p in inner) if read["plain_calls"] else ()
         for attr, value in read.items():
             object.__setattr__(self, attr, value)  # a frozen dataclass's derived fields
         if self.many and not (self.name.open and self.call_close):
@@ -240,7 +215,7 @@ class XMLSyntax:
         vocabulary without them spells them as text). Adjacent text goes to the builder as
         one piece. This is the render's hot path: a call whose layout holds no control tag
         (Qwen's, MiniMax's: the tags are the block's) is joined as one string."""
-        if self.plain_calls and not self.many and len(calls) == 1:
+        if self.plain is not None and not self.many and len(calls) == 1:
             # One call in its own block (Qwen3-Coder): the block's tags around one string.
             nb, na, ct, kb, ka, va = self.plain
             esc, value_text = escape_lone_surrogates, self.value_text
@@ -248,35 +223,18 @@ class XMLSyntax:
             body = f"{nb}{esc(name)}{na}"
             for k, v in arguments.items():  # a loop, not a generator: the hot path
                 body += f"{kb}{esc(k)}{ka}{value_text(v)}{va}"
-            body += ct
-            for part in self.plan[0]:  # the block's head: its tags, the text after them
-                if part[0]:
-                    b.control(part[1], required=False)
-                else:
-                    b.text(part[1])
-            b.text(body)
-            for part in self.plan[1]:  # the block's tail
-                if part[0]:
-                    b.control(part[1], required=False)
-                else:
-                    b.text(part[1])
-            return
-        fast = self.fast
+            pieces: Iterable[tuple[bool, str]] = (*self.plan[0], (False, body + ct), *self.plan[1])
+        else:
+            pieces = self.pieces(calls)
         run: list[str] = []
-        for group in [calls] if self.many else [[c] for c in calls]:
-            _lay(b, run, fast[0])
-            for name, arguments in group:
-                _lay(b, run, fast[2])
-                run.append(escape_lone_surrogates(name))
-                _lay(b, run, fast[3])
-                for key, value in arguments.items():
-                    _lay(b, run, fast[5])
-                    run.append(escape_lone_surrogates(key))
-                    _lay(b, run, fast[6])
-                    run.append(self.value_text(value))
-                    _lay(b, run, fast[7])
-                _lay(b, run, fast[4])
-            _lay(b, run, fast[1])
+        for control, text in pieces:
+            if control:
+                if run:
+                    b.text("".join(run))
+                    run.clear()
+                b.control(text, required=False)
+            else:
+                run.append(text)
         if run:
             b.text("".join(run))
 
