@@ -49,6 +49,21 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    #: Sample among the ``top_k`` likeliest tokens only (0: no limit).
+    top_k: int = 0
+    #: Drop tokens whose probability is below ``min_p`` times the likeliest one's (0: off).
+    min_p: float = 0.0
+    #: OpenAI's penalties (-2..2, 0: off): subtracted from a token's logit once it appeared
+    #: (presence) and per appearance (frequency) in the completion.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    #: The multiplicative penalty of vLLM and llama.cpp (1: off; > 1 discourages repeats).
+    repetition_penalty: float = 1.0
+    #: ``(token id, bias)`` pairs added to the logits (-100 bans a token, 100 forces it).
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    #: Report each sampled token's log-probability and the ``logprobs`` likeliest
+    #: alternatives at its position (0: the sampled token's only; ``None``: none).
+    logprobs: int | None = None
     stop_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
     #: Constrain sampling to this grammar (see :attr:`Engine.grammar_support`; an engine
@@ -62,6 +77,19 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0: no limit), got {self.top_k}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(
+                f"repetition_penalty must be > 0 (1: off), got {self.repetition_penalty}"
+            )
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
 
 
 @dataclass(frozen=True, slots=True)
