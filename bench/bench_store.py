@@ -32,6 +32,16 @@ try:
 except ImportError:  # a tree from before the store package
     from chatfmt.server.store import ResponseStore  # type: ignore[no-redef]
 
+
+def put(store: Any, response: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    try:
+        from chatfmt.store import NewResponse
+    except ImportError:  # a tree from before the store took one record
+        store.put("owner-a", response, [], messages)
+    else:
+        store.put("owner-a", NewResponse(response, [], messages))
+
+
 STATE = {"messages": [{"role": "user", "content": "x" * 900}], "mode": "chat", "system": ""}
 
 
@@ -83,9 +93,10 @@ def disk(limit_mb: float) -> dict[str, Any]:
         message = [{"role": "user", "content": "y" * 10_000}]
         most = 0
         for i in range(int(limit_mb * 1024 * 1024 * 3 / 10_000)):
-            store.put("owner-a", {"id": f"r{i}", "previous_response_id": None}, [], message)
+            put(store, {"id": f"r{i}", "previous_response_id": None}, message)
             on_disk = sum(
-                os.path.getsize(f) for f in (f"{path}", f"{path}-wal", f"{path}-shm")
+                os.path.getsize(f)
+                for f in (f"{path}", f"{path}-wal", f"{path}-shm")
                 if os.path.exists(f)
             )
             most = max(most, on_disk)

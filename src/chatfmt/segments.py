@@ -71,7 +71,7 @@ def _splitter(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 class BlockBuilder:
-    """Collects the segments of one block at a time, for renderers.
+    """Collects the segments of one block at a time, and the blocks made, for renderers.
 
     Adjacent text is merged, so that each run between two control tokens is one :class:`Text`,
     exactly as a Hugging Face tokenizer splits a string at its added tokens.
@@ -79,9 +79,11 @@ class BlockBuilder:
     (Qwen2.5's ``<tool_call>`` tags): :meth:`tagged` turns them into optional controls.
     """
 
-    __slots__ = ("_segments", "_split", "_text")
+    __slots__ = ("_segments", "_split", "_text", "blocks")
 
     def __init__(self, inline_controls: Iterable[str] = ()) -> None:
+        #: The blocks made so far, in order: what a layout's render returns.
+        self.blocks: list[Block] = []
         self._segments: list[Segment] = []
         self._text: list[str] = []
         self._split = _splitter(tuple(inline_controls)) if inline_controls else None
@@ -109,12 +111,18 @@ class BlockBuilder:
             else:
                 self.text(part)
 
-    def block(self, messages: Iterable[int] = ()) -> Block:
-        """The segments collected so far as one block rendering ``messages``; starts anew."""
+    def block(self, messages: Iterable[int] = ()) -> None:
+        """End a block: the segments collected so far, rendering ``messages``, go to
+        :attr:`blocks`; the next block starts empty."""
         self._flush()
-        block = Block(tuple(self._segments), tuple(messages))
+        self.blocks.append(Block(tuple(self._segments), tuple(messages)))
         self._segments = []
-        return block
+
+    def add(self, block: Block) -> None:
+        """Append a block made elsewhere (a constant prefix) after the blocks made so far."""
+        if self._segments or self._text:  # a layout's bug: the order would be lost
+            raise ValueError("end the block being written (block()) before adding another")
+        self.blocks.append(block)
 
     def _flush(self) -> None:
         if self._text:

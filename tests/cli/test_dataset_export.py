@@ -11,7 +11,7 @@ import pytest
 
 from chatfmt.cli.dataset import owner_hash, parse_date
 from chatfmt.cli.main import main
-from chatfmt.store import ExactIds, ResponseStore, owner_of
+from chatfmt.store import ExactIds, NewResponse, ResponseStore, owner_of
 
 pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is missing (chatfmt[dataset])")
 
@@ -24,7 +24,9 @@ def a_store(path: Path, stop: int | None = 9) -> Path:
     store = ResponseStore(path)
     say = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
     body = {"id": "resp_1", "object": "response", "previous_response_id": None}
-    store.put(owner_of("key-a"), body, [], say, ExactIds("v", 0, [5, 6, 7, 8], 2, stop))
+    store.put(
+        owner_of("key-a"), NewResponse(body, [], say, ExactIds("v", 0, [5, 6, 7, 8], 2, stop))
+    )
     store.close()
     return path
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chatfmt.store import ResponseStore, open_store, owner_of
+from chatfmt.store import NewResponse, ResponseStore, open_store, owner_of
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -31,7 +31,9 @@ def fill(location: Path | str) -> None:
         for i in range(n):
             rid = f"resp_{key}_{i}"
             body = {"id": rid, "previous_response_id": None, "output": []}
-            store.put(owner_of(key), body, [], [{"role": "user", "content": f"{key} {i}"}])
+            store.put(
+                owner_of(key), NewResponse(body, [], [{"role": "user", "content": f"{key} {i}"}])
+            )
     store.save_conversation(owner_of("alice-key"), "c1", "Alice's chat", {"messages": []})
     store.close()
 
@@ -105,7 +107,7 @@ def test_info_leaves_a_live_store_as_it_is(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite3"
     live = ResponseStore(path)
     body = {"id": "resp_1", "previous_response_id": None, "output": []}
-    live.put(owner_of("k"), body, [], [{"role": "user", "content": "hi"}])
+    live.put(owner_of("k"), NewResponse(body, [], [{"role": "user", "content": "hi"}]))
     path.chmod(0o640)
     before = path.read_bytes()
     shown = run("info", "--store", str(path))

@@ -89,9 +89,10 @@ def reference_parse(output: str) -> list[tuple[str, str, Any]]:
         if not name:
             out.append(("text", metadata, ref_text(content)))
         elif name == "interpreter":
-            if not content.strip():
-                # No code at all: the demo would run nothing; chatfmt reports the segment as
-                # an incomplete call (nothing to run) and keeps no message for it.
+            if not content.strip() or (content.startswith("```") and "\n" not in content):
+                # No code at all (nothing, or a fence that never opened a line): the demo
+                # would run nothing; chatfmt reports the segment as an incomplete call
+                # (nothing to run) and keeps no message for it.
                 continue
             out.append(("call", name, {"code": ref_code(content)}))
         else:
@@ -168,9 +169,7 @@ def check_consistency(events: list[Event], result: ParseResult) -> None:
     complete = [s for s in starts if ends[s.index]]
     assert [(s.id, s.name) for s in complete] == [(c.id, c.name) for c in calls]
     incomplete = [s for s in starts if not ends[s.index]]
-    assert [(s.id, s.name) for s in incomplete] == [
-        (c.id, c.name) for c in result.incomplete_calls
-    ]
+    assert [(s.id, s.name) for s in incomplete] == [(c.id, c.name) for c in result.incomplete_calls]
     for s, c in zip(complete, calls, strict=True):
         args = "".join(
             e.arguments for e in events if isinstance(e, ToolCallDelta) and e.index == s.index

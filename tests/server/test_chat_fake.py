@@ -438,9 +438,7 @@ def test_long_conversation_renders_in_a_worker_thread(make_fake, qwen_dialect, q
     assert fake.prompts[-1] == qwen_dialect.render(messages, qwen).ids
 
 
-@settings(
-    max_examples=examples(0.2), suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=examples(0.2), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     parts=st.lists(
         st.sampled_from(

@@ -171,9 +171,7 @@ FIELDS = [
 ]
 
 
-@settings(
-    max_examples=examples(0.75), suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=examples(0.75), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     fields=st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=5),
     role=st.sampled_from(["user", "system", "assistant", "tool", "developer", "function", "x", 3]),

@@ -44,9 +44,7 @@ def _app() -> Any:
     folder = Path(tempfile.mkdtemp(prefix="chatfmt-fuzz-"))
     store = ResponseStore(folder / "store.db", max_mb=4)
     engine = FakeEngine(tok, REPLIES, grammar_support="lazy", context_length=4096)
-    app = create_app(
-        engine, dialect, model_name="m", api_key=[KEY, "fuzz-key-b"], store=store
-    )
+    app = create_app(engine, dialect, model_name="m", api_key=[KEY, "fuzz-key-b"], store=store)
     mount_web(
         app,
         engine=engine,

@@ -122,8 +122,7 @@ async def timed_chat_beside(
     others = [asyncio.create_task(busy)]
     await asyncio.sleep(0.05)  # the store is busy now
     others += [
-        asyncio.create_task(c.get("/v1/responses/resp_nothing", headers=B))
-        for _ in range(WAITING)
+        asyncio.create_task(c.get("/v1/responses/resp_nothing", headers=B)) for _ in range(WAITING)
     ]
     await asyncio.sleep(0.05)
     start = time.perf_counter()
@@ -195,7 +194,7 @@ async def test_a_continuation_whose_conversation_lost_a_response_is_not_stored(
 
     app = make_app(qwen, store, reply)
     async with client(app) as c:
-        first = (await c.post("/v1/responses", json={"model": "m", "input": "hi"}, headers=A))
+        first = await c.post("/v1/responses", json={"model": "m", "input": "hi"}, headers=A)
         assert first.json()["store"] is True
         for stream in (False, True):
             parent = (

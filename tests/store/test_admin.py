@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chatfmt.errors import StoreError
-from chatfmt.store import ResponseStore, owner_of, read_info, store_version
+from chatfmt.store import NewResponse, ResponseStore, owner_of, read_info, store_version
 
 from .helpers import MakeStore, response, rows
 
@@ -19,10 +19,10 @@ def test_a_keys_data_deleted_leaves_the_others(make_store: MakeStore) -> None:
     store = make_store()
     alice, bob = owner_of("key-a"), owner_of("key-b")
     for i in range(3):
-        store.put(alice, response(f"ra{i}", f"ra{i - 1}" if i else None), [], [])
+        store.put(alice, NewResponse(response(f"ra{i}", f"ra{i - 1}" if i else None), [], []))
     store.save_conversation(alice, "c1", "t", {})
     store.save_conversation(bob, "c1", "t", {})
-    store.put(bob, response("rb"), [], [])
+    store.put(bob, NewResponse(response("rb"), [], []))
     assert store.delete_owner(alice) == (3, 1) and store.delete_owner(alice) == (0, 0)
     assert store.get(bob, "rb") is not None and store.load_conversation(bob, "c1") == {}
     assert store.info()["owners_with_responses"] == 1
@@ -34,9 +34,9 @@ def test_a_keys_data_deleted_leaves_no_copy_on_disk(tmp_path: Path) -> None:
     store = ResponseStore(path)
     alice, bob = owner_of("key-a"), owner_of("key-b")
     secret = "alice-secret-" + "s" * 64
-    store.put(alice, response("ra"), [], [{"role": "user", "content": secret}])
+    store.put(alice, NewResponse(response("ra"), [], [{"role": "user", "content": secret}]))
     store.save_conversation(alice, "c1", "t", {"messages": [{"content": secret}]})
-    store.put(bob, response("rb"), [], [{"role": "user", "content": "bob's"}])
+    store.put(bob, NewResponse(response("rb"), [], [{"role": "user", "content": "bob's"}]))
     assert store.delete_owner(alice) == (1, 1)
     assert store.get(bob, "rb") is not None
     on_disk = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
@@ -51,7 +51,7 @@ def test_prune_applies_the_age_limit_now(
     store = make_store(max_age_days=1)
     now = time.time()
     monkeypatch.setattr(time, "time", lambda: now - 2 * 86400)
-    store.put("o", response("r_old"), [], [])
+    store.put("o", NewResponse(response("r_old"), [], []))
     store.save_conversation("o", "c_old", "t", {})
     monkeypatch.setattr(time, "time", lambda: now)
     assert store.prune() == 2 and store.info()["responses"] == 0
@@ -60,7 +60,7 @@ def test_prune_applies_the_age_limit_now(
 def test_info_reads_without_changing_the_file(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite3"
     store = ResponseStore(path)
-    store.put("o", response("r1"), [], [])
+    store.put("o", NewResponse(response("r1"), [], []))
     store.save_conversation("p", "c1", "t", {})
     before = path.read_bytes()
     shown = read_info(path)

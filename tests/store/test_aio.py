@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from chatfmt.errors import StoreFull
-from chatfmt.store import AsyncStore, StoredResponse
+from chatfmt.store import AsyncStore, NewResponse, StoredResponse
 
 from .helpers import MakeStore, response
 
@@ -24,7 +24,7 @@ def anyio_backend() -> str:
 async def test_calls_run_on_the_stores_own_threads(make_store: MakeStore) -> None:
     store = make_store()
     facade = AsyncStore(store)
-    await facade.put("o", response("r1"), [], [{"role": "user", "content": "hi"}])
+    await facade.put("o", NewResponse(response("r1"), [], [{"role": "user", "content": "hi"}]))
     await facade.save_conversation("o", "c1", "t", {"messages": []})
     found = await facade.get("o", "r1")
     assert found is not None and found.response["id"] == "r1"
@@ -54,7 +54,9 @@ async def test_the_stores_errors_come_through(make_store: MakeStore) -> None:
     with pytest.raises(StoreFull):
         for i in range(60):  # one conversation, longer than the whole store
             body = response(f"r{i}", previous)
-            await facade.put("o", body, [], [{"role": "user", "content": "y" * 10_000}])
+            await facade.put(
+                "o", NewResponse(body, [], [{"role": "user", "content": "y" * 10_000}])
+            )
             previous = f"r{i}"
     facade.close()
 
@@ -63,7 +65,7 @@ async def test_reads_never_queue_behind_writes(make_store: MakeStore) -> None:
     """Writes wait for the backend's write lock on a pool of their own: however many wait,
     a read gets a thread (and either backend reads on a connection of its own)."""
     store = make_store()
-    await AsyncStore(store).put("o", response("r1"), [], [])
+    await AsyncStore(store).put("o", NewResponse(response("r1")))
     released = threading.Event()
     save = store.save_conversation
 

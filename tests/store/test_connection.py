@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chatfmt.errors import ChatFmtError, StoreError, StoreUnavailable
-from chatfmt.store import SCHEMA_VERSION, ResponseStore
+from chatfmt.store import SCHEMA_VERSION, NewResponse, ResponseStore
 from chatfmt.store.connection import MIGRATIONS, Database
 
 from .helpers import response, rows
@@ -19,7 +19,9 @@ from .helpers import response, rows
 def test_schema_is_versioned_and_reopening_keeps_the_data(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite3"
     store = ResponseStore(path)
-    store.put("o", response("resp_1"), [{"id": "msg_1"}], [{"role": "user", "content": "hi"}])
+    store.put(
+        "o", NewResponse(response("resp_1"), [{"id": "msg_1"}], [{"role": "user", "content": "hi"}])
+    )
     store.close()
     assert path.stat().st_mode & 0o777 == 0o600  # conversations are private
     with sqlite3.connect(path) as db:

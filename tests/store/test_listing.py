@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from chatfmt.errors import BrokenChain
-from chatfmt.store import ExactIds, ExportQuery, StoredRef
+from chatfmt.store import ExactIds, ExportQuery, NewResponse, StoredRef
 
 from .helpers import MakeStore, response, rows
 
@@ -40,7 +40,7 @@ def test_responses_page_by_time_owner_and_id(make_store: MakeStore) -> None:
         ("b", "b2", None, 300.0),
         ("a", "a3", "a2", 400.0),
     ):
-        store.put(owner, response(rid, previous), [], say)
+        store.put(owner, NewResponse(response(rid, previous), [], say))
         _at(store, rid, t)
     assert _pages(store, 2) == [["a1", "a2"], ["b1", "b2"], ["a3"]]
     # Each chain's last response: a1 and a2 are continued.
@@ -70,9 +70,13 @@ def test_exchanges_give_each_rows_exact_ids(make_store: MakeStore) -> None:
     store = make_store()
     first = ExactIds("v1", 0, [1, 2, 3, 4], 2)
     second = ExactIds("v2", 4, [9, 5, 6, 7], 2)
-    store.put("o", response("r1"), [], [{"role": "user", "content": "a"}], first)
-    store.put("o", response("r2", "r1"), [], [{"role": "user", "content": "b"}])  # not kept
-    store.put("o", response("r3", "r2"), [], [{"role": "user", "content": "c"}], second)
+    store.put("o", NewResponse(response("r1"), [], [{"role": "user", "content": "a"}], first))
+    store.put(
+        "o", NewResponse(response("r2", "r1"), [], [{"role": "user", "content": "b"}])
+    )  # not kept
+    store.put(
+        "o", NewResponse(response("r3", "r2"), [], [{"role": "user", "content": "c"}], second)
+    )
     found = store.exchanges("o", "r3")
     assert [e.id for e in found] == ["r1", "r2", "r3"]
     assert [e.exact for e in found] == [first, None, second]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from chatfmt.errors import StoreUnavailable
-from chatfmt.store import PG_SCHEMA_VERSION, PostgresStore
+from chatfmt.store import PG_SCHEMA_VERSION, NewResponse, PostgresStore
 from chatfmt.store.pg_schema import MIGRATIONS, migrate, read_version
 
 from .helpers import response, rows
@@ -28,7 +28,7 @@ def test_a_new_database_is_migrated_and_reopening_keeps_the_data(url: str) -> No
     with psycopg.connect(url) as conn:
         assert read_version(conn) is None  # no store yet
     store = PostgresStore(url)
-    store.put("o", response("r1"), [{"id": "m1"}], [{"role": "user", "content": "hi"}])
+    store.put("o", NewResponse(response("r1"), [{"id": "m1"}], [{"role": "user", "content": "hi"}]))
     store.close()
     again = PostgresStore(url)
     assert again.conversation("o", "r1") == [{"role": "user", "content": "hi"}]
@@ -66,9 +66,9 @@ def test_replicas_opening_a_new_database_together_migrate_it_once(url: str) -> N
     """Four processes open the store at once: one migrates (under the advisory lock), the
     others wait and find it done; none fails on a table another just created."""
     code = (
-        "import sys; from chatfmt.store import PostgresStore; "
-        "s = PostgresStore(sys.argv[1]); s.put('o', {'id': sys.argv[2], "
-        "'previous_response_id': None}, [], []); s.close()"
+        "import sys; from chatfmt.store import NewResponse, PostgresStore; "
+        "s = PostgresStore(sys.argv[1]); s.put('o', NewResponse({'id': sys.argv[2], "
+        "'previous_response_id': None})); s.close()"
     )
     procs = [
         subprocess.Popen(

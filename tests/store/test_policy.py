@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chatfmt.errors import StoreFull
-from chatfmt.store import ResponseStore, owner_of
+from chatfmt.store import NewResponse, ResponseStore, owner_of
 from chatfmt.store.policy import _level
 
 from .helpers import MakeStore, on_disk, response, rows
@@ -27,10 +27,10 @@ def test_old_rows_go_when_new_ones_come(
     store = make_store(max_age_days=1)
     now = time.time()
     monkeypatch.setattr(time, "time", lambda: now - 2 * 86400)
-    store.put("o", response("resp_old"), [], [])
+    store.put("o", NewResponse(response("resp_old"), [], []))
     store.save_conversation("o", "c_old", "t", {})
     monkeypatch.setattr(time, "time", lambda: now)
-    store.put("o", response("resp_new"), [], [])
+    store.put("o", NewResponse(response("resp_new"), [], []))
     assert store.get("o", "resp_old") is None and store.get("o", "resp_new") is not None
     assert store.load_conversation("o", "c_old") is None
 
@@ -39,7 +39,7 @@ def test_the_size_limit_deletes_the_oldest_first(make_store: MakeStore) -> None:
     store = make_store(max_mb=0.25)
     text = "y" * 20_000
     for i in range(40):
-        store.put("o", response(f"r{i}"), [], [{"role": "user", "content": text}])
+        store.put("o", NewResponse(response(f"r{i}"), [], [{"role": "user", "content": text}]))
     info = store.info()
     assert info["bytes_used"] <= 0.25 * MB
     assert 0 < info["responses"] < 40
@@ -51,9 +51,9 @@ def test_the_size_limit_takes_from_the_key_that_stores_the_most(make_store: Make
     alice, bob = owner_of("a"), owner_of("b")
     say = [{"role": "user", "content": "y" * 10_000}]
     for i in range(20):
-        store.put(alice, response(f"a{i}"), [], say)
+        store.put(alice, NewResponse(response(f"a{i}"), [], say))
     for i in range(40):  # Bob writes twice as much, two responses a conversation
-        store.put(bob, response(f"b{i}", f"b{i - 1}" if i % 2 else None), [], say)
+        store.put(bob, NewResponse(response(f"b{i}", f"b{i - 1}" if i % 2 else None), [], say))
     kept_rows = rows(store, "SELECT owner, id, previous_id FROM responses")
     kept = {o: [i for oo, i, _ in kept_rows if oo == o] for o in (alice, bob)}
     # Bob's oldest went, not all of Alice's; his newest conversation is whole.
@@ -71,7 +71,7 @@ def test_web_conversations_and_responses_go_oldest_first_together(make_store: Ma
     say = [{"role": "user", "content": "z" * 10_000}]
     for i in range(30):
         store.save_conversation("o", f"c{i}", "t", state)
-        store.put("o", response(f"r{i}"), [], say)
+        store.put("o", NewResponse(response(f"r{i}"), [], say))
     webs = [c["id"] for c in store.conversations("o", limit=1000)]
     kept = {i for (i,) in rows(store, "SELECT id FROM responses")}
     assert "c29" in webs and "r29" in kept and "c0" not in webs and "r0" not in kept
@@ -88,12 +88,12 @@ def test_a_key_whose_one_conversation_outgrows_the_store_evicts_no_one(
     alice, bob = owner_of("a"), owner_of("b")
     say = [{"role": "user", "content": "y" * 10_000}]
     for i in range(10):
-        store.put(bob, response(f"b{i}"), [], say)
+        store.put(bob, NewResponse(response(f"b{i}"), [], say))
     store.save_conversation(bob, "c1", "Bob's", {"messages": say})
     previous = None
     with pytest.raises(StoreFull, match="--store-max-mb"):
         for i in range(120):  # Alice continues one conversation, turn after turn
-            store.put(alice, response(f"a{i}", previous), [], say)
+            store.put(alice, NewResponse(response(f"a{i}", previous), [], say))
             previous = f"a{i}"
     # Alice's conversation stopped being kept; Bob's data is all there.
     assert all(store.get(bob, f"b{i}") is not None for i in range(10))
@@ -163,7 +163,7 @@ def test_the_files_on_disk_stay_within_the_limit(tmp_path: Path) -> None:
     most = 0
     for i in range(1200):  # three times the limit
         if i % 3:
-            store.put("o", response(f"r{i}"), [], say)
+            store.put("o", NewResponse(response(f"r{i}"), [], say))
         else:
             store.save_conversation("p", f"c{i}", "t", state)
         most = max(most, on_disk(path))
@@ -178,7 +178,7 @@ def test_what_each_key_stores_is_kept_as_rows_come_and_go(make_store: MakeStore)
     say = [{"role": "user", "content": "y" * 7_000}]
     for i in range(60):
         owner = ("a", "b", "c")[i % 3]
-        store.put(owner, response(f"r{i}"), [{"id": "x"}], say)
+        store.put(owner, NewResponse(response(f"r{i}"), [{"id": "x"}], say))
         store.save_conversation(owner, f"c{i % 7}", "t", {"messages": say[: i % 2]})
         if i % 5 == 0:
             store.delete(owner, f"r{i}")

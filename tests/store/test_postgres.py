@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from chatfmt.errors import BrokenChain, StoreFull
-from chatfmt.store import ExactIds, PostgresStore
+from chatfmt.store import ExactIds, NewResponse, PostgresStore
 
 from .helpers import response, rows
 
@@ -79,7 +79,7 @@ def test_two_stores_writing_one_keys_chains_lose_nothing(url: str) -> None:
                 for turn in range(10):
                     rid = f"{side}-{n}-{turn}"
                     exact = ExactIds(f"v{rid}", 3 * turn, [turn] * 3, 1)
-                    store.put("k", response(rid, previous), [], SAY, exact)
+                    store.put("k", NewResponse(response(rid, previous), [], SAY, exact))
                     previous = rid
                 store.save_conversation("k", f"{side}-c{n}", "t", {"messages": SAY})
 
@@ -102,12 +102,12 @@ def test_processes_writing_at_once_lose_nothing(url: str) -> None:
     PostgresStore(url).close()  # migrated once, before they start
     code = (
         "import sys\n"
-        "from chatfmt.store import PostgresStore\n"
+        "from chatfmt.store import NewResponse, PostgresStore\n"
         "s = PostgresStore(sys.argv[1]); me = sys.argv[2]\n"
         "for i in range(40):\n"
         "    owner = 'shared' if i % 2 else me\n"
         "    prev = f'{me}-{i - 2}' if i % 8 > 1 else None  # chains of four, one owner each\n"
-        "    s.put(owner, {'id': f'{me}-{i}', 'previous_response_id': prev}, [], [])\n"
+        "    s.put(owner, NewResponse({'id': f'{me}-{i}', 'previous_response_id': prev}))\n"
         "s.close()\n"
     )
     procs = [
@@ -129,12 +129,12 @@ def test_a_delete_racing_a_continuation_never_leaves_a_broken_response(url: str)
     writer, deleter = PostgresStore(url), PostgresStore(url)
     for round_ in range(15):
         owner = f"o{round_}"
-        writer.put(owner, response(f"{owner}-1"), [], SAY)
+        writer.put(owner, NewResponse(response(f"{owner}-1"), [], SAY))
         refused: list[bool] = []
 
         def continue_it(owner: str = owner, refused: list[bool] = refused) -> None:
             try:
-                writer.put(owner, response(f"{owner}-2", f"{owner}-1"), [], SAY)
+                writer.put(owner, NewResponse(response(f"{owner}-2", f"{owner}-1"), [], SAY))
             except BrokenChain:
                 refused.append(True)
 
@@ -160,7 +160,7 @@ def test_concurrent_writers_past_the_limit_evict_fairly(url: str) -> None:
     def fill(store: PostgresStore, owner: str) -> Callable[[], None]:
         def run() -> None:
             for i in range(60):
-                store.put(owner, response(f"{owner}-{i}"), [], big)
+                store.put(owner, NewResponse(response(f"{owner}-{i}"), [], big))
 
         return run
 
@@ -178,7 +178,7 @@ def test_concurrent_writers_past_the_limit_evict_fairly(url: str) -> None:
     previous = None
     with pytest.raises(StoreFull):
         for i in range(200):
-            stores[0].put("hog", response(f"hog-{i}", previous), [], big)
+            stores[0].put("hog", NewResponse(response(f"hog-{i}", previous), [], big))
             previous = f"hog-{i}"
     for store in stores:
         store.close()
@@ -214,9 +214,9 @@ def test_a_write_waits_for_a_stalled_lock_holder_only_so_long(
         holder.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
         started = time.monotonic()
         with pytest.raises(StoreError, match="lock timeout"):
-            store.put("o", response("r1"), [], SAY)
+            store.put("o", NewResponse(response("r1"), [], SAY))
         assert time.monotonic() - started < 10
-    store.put("o", response("r1"), [], SAY)  # the lock gone, writes go on
+    store.put("o", NewResponse(response("r1"), [], SAY))  # the lock gone, writes go on
     # A pooled session that sits in a transaction is ended by the server, its locks freed.
     with store._pool.connection() as conn:
         conn.autocommit = False
@@ -224,7 +224,7 @@ def test_a_write_waits_for_a_stalled_lock_holder_only_so_long(
         time.sleep(3)
         with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
             conn.execute("SELECT 1")
-    store.put("o", response("r2", "r1"), [], SAY)
+    store.put("o", NewResponse(response("r2", "r1"), [], SAY))
     store.close()
 
 
@@ -243,7 +243,7 @@ def test_a_refused_vacuum_after_deleting_a_key_is_reported(postgres_server: Any)
     ):
         postgres_server.execute(url, sql)
     store = PostgresStore(url.replace("postgres@", f"{role}@", 1))
-    store.put("k", response("r1"), [], SAY)
+    store.put("k", NewResponse(response("r1"), [], SAY))
     with pytest.raises(StoreError, match=r"rows are deleted, but vacuuming .* skipping"):
         store.delete_owner("k")
     assert store.get("k", "r1") is None

@@ -154,9 +154,7 @@ def for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("which", ["marked at run time", "trl's qwen2_5_training.jinja"])
-@settings(
-    max_examples=examples(0.15), suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=examples(0.15), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=conversations(), with_tools=st.booleans())
 def test_labels_are_transformers_assistant_mask_less_the_two_newlines(
     hf_qwen: Any, qwen: Tokenizer, which: str, messages: list[dict[str, Any]], with_tools: bool

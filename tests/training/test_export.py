@@ -19,7 +19,7 @@ from chatfmt.cli.main import main
 from chatfmt.dialects import get_dialect
 from chatfmt.engines.fake import FakeEngine
 from chatfmt.server import create_app
-from chatfmt.store import ExactIds, open_store, owner_of
+from chatfmt.store import ExactIds, NewResponse, open_store, owner_of
 from chatfmt.tokenizers import Tokenizer
 from chatfmt.training import IGNORE_INDEX, render_for_training
 from chatfmt.training.export import exact_row
@@ -192,7 +192,7 @@ def test_rows_without_ids_are_rendered_and_flagged_or_skipped(
     answer = {"role": "assistant", "content": "Hello!"}
     body = {"id": "resp_old", "object": "response", "previous_response_id": None,
             "instructions": "Be brief.", "tools": [WEATHER]}  # fmt: skip
-    store.put("o", body, [], [ask, answer])  # stored before ids were kept
+    store.put("o", NewResponse(body, [], [ask, answer]))  # stored before ids were kept
     store.save_conversation("o", "web-conv-1", "t", {"messages": [ask, answer], "system": ""})
 
     out = tmp_path / "out.jsonl"

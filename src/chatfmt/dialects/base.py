@@ -20,7 +20,7 @@ from ..errors import ReasoningOptionError
 from ..events import Event, FinishReason, IncompleteCall, ParseResult
 from ..grammar import WORDS, Grammar, ToolLike
 from ..messages import Conversation, Message, Tool, ToolCall, as_conversation, new_call_id
-from ..segments import Block, BlockEncoder, Control, RenderedPrompt, Segment
+from ..segments import Block, BlockBuilder, BlockEncoder, Control, RenderedPrompt, Segment
 from ..tokenizers.base import Piece, Tokenizer
 from ..validation import MessageRule, check_common, check_messages
 from .fingerprint import Fingerprint
@@ -127,6 +127,9 @@ class Dialect(ABC):
     controls: tuple[str, ...] = ()
     #: Control tokens that end the assistant's turn.
     stop_controls: tuple[str, ...] = ()
+    #: Control tokens the reference template writes inside its own text (see
+    #: :meth:`BlockBuilder.tagged`).
+    inline_controls: tuple[str, ...] = ()
     #: The markup of the family's chat template, by which :func:`~chatfmt.detect_dialect`
     #: recognises its models (``None``: never detected, only chosen by name).
     fingerprint: Fingerprint | None = None
@@ -262,11 +265,24 @@ class Dialect(ABC):
         if strict:
             check_messages(self.name, conversation, self.rules)
 
-    @abstractmethod
     def render_blocks(
         self, conversation: Conversation, *, add_generation_prompt: bool = True
     ) -> list[Block]:
-        """The conversation as blocks of control tokens and text (no validation)."""
+        """The conversation as blocks of control tokens and text (no validation): what
+        :meth:`write` writes into a fresh :class:`BlockBuilder`."""
+        b = self._builder()
+        self.write(b, conversation, add_generation_prompt)
+        return b.blocks
+
+    @abstractmethod
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
+        """The layout: write the conversation into ``b``, one block per turn (or per run of
+        turns the cache should keep together), each naming the messages it renders."""
+
+    def _builder(self) -> BlockBuilder:
+        return BlockBuilder(inline_controls=self.inline_controls)
 
     def render(
         self,

@@ -21,13 +21,14 @@ from ..grammar import CallRules
 from ..grammar.gbnf import literal
 from ..messages import INTERPRETER, Conversation, Message, Tool, ToolCall
 from ..pycall import format_tool_call, parse_tool_call
-from ..segments import Block, Control, Segment, Text
+from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
 from .base import EndRule
 from .fingerprint import Fingerprint
 from .glm import (
     ASSISTANT,
     GLM_MARKUP,
+    LATER_GLM_MARKUP,
     OBSERVATION,
     ROLE_CONTROL,
     ROLE_TOKENS,
@@ -84,7 +85,7 @@ class ChatGLM3(GLMDialect):
         "ChatGLM3 ([gMASK]sop, role tokens, tool_call(…) segments)",
         requires=("[gMASK]sop",),
         tokens=GLM_MARKUP,
-        excludes=("<tool_call>", "<arg_key>", "<think>"),
+        excludes=LATER_GLM_MARKUP,
         precedence=10,
     )
     controls = ("[MASK]", "[gMASK]", "[sMASK]", "sop", "eop", *ROLE_TOKENS)
@@ -124,9 +125,9 @@ class ChatGLM3(GLMDialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         """Prefix, one block per turn (interleaving several calls with their results), and
         the bare ``<|assistant|>`` generation prompt."""
         msgs = conversation.messages
@@ -136,9 +137,9 @@ class ChatGLM3(GLMDialect):
             else None
         )
         tools_at = next((i for i, m in enumerate(msgs) if m.role == "system"), None)
-        blocks = [Block(_PREFIX)]
+        b.add(Block(_PREFIX))
         if tools_json is not None and tools_at is None:
-            blocks.append(Block(_turn(SYSTEM, "", f"{TOOL_PROMPT}\n{tools_json}")))
+            b.add(Block(_turn(SYSTEM, "", f"{TOOL_PROMPT}\n{tools_json}")))
         parts: list[tuple[int, tuple[Segment, ...]]] = []
         i = 0
         while i < len(msgs):
@@ -155,14 +156,13 @@ class ChatGLM3(GLMDialect):
             i += 1
         # Consecutive parts of one message share a block (the unit of caching).
         for index, segs in parts:
-            last = blocks[-1]
-            if len(blocks) > 1 and last.messages == (index,):
-                blocks[-1] = Block(last.segments + segs, (index,))
+            last = b.blocks[-1]
+            if len(b.blocks) > 1 and last.messages == (index,):
+                b.blocks[-1] = Block(last.segments + segs, (index,))
             else:
-                blocks.append(Block(segs, (index,)))
+                b.add(Block(segs, (index,)))
         if add_generation_prompt:
-            blocks.append(Block((Control(ASSISTANT),)))
-        return blocks
+            b.add(Block((Control(ASSISTANT),)))
 
     # ==== Parsing ====
 

@@ -123,6 +123,7 @@ class ChatML(Dialect):
     rules: tuple[MessageRule, ...] = (JSON_CALL_NAMES,)
     controls: tuple[str, ...] = (IM_START, IM_END, ENDOFTEXT, TOOL_CALL, TOOL_CALL_END)
     stop_controls = (IM_END, ENDOFTEXT)
+    inline_controls: tuple[str, ...] = (TOOL_CALL, TOOL_CALL_END)
     reply_in_words = True
     turns_render_independently = True
     #: System prompt used when the conversation has none (``None``: no system turn then, unless
@@ -131,36 +132,31 @@ class ChatML(Dialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = self._builder()
-        blocks: list[Block] = []
-        i = self._render_system(b, conversation, blocks)
+        i = self._render_system(b, conversation)
         n = len(msgs)
         while i < n:
             m = msgs[i]
             if m.role in ("tool", "observation"):
-                i = self._render_results(b, msgs, i, blocks)
+                i = self._render_results(b, msgs, i)
                 continue
             if m.role == "assistant" and m.tool_calls:
                 self._render_calls(b, m)
-                blocks.append(b.block((i,)))
+                b.block((i,))
             else:
                 # The common turn, built directly: this loop is the hot path of a long chat.
                 head = f"{m.role} {m.metadata}\n" if m.metadata else m.role + "\n"
-                blocks.append(Block((_START, Text(head + m.text), _END, _NEWLINE), (i,)))
+                b.blocks.append(Block((_START, Text(head + m.text), _END, _NEWLINE), (i,)))
             i += 1
         if add_generation_prompt:
             b.control(IM_START)
             b.text("assistant\n")
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
-    def _render_system(
-        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
-    ) -> int:
+    def _render_system(self, b: BlockBuilder, conversation: Conversation) -> int:
         """The system turn (with the tools, when there are any); returns the index of the first
         message left to render."""
         msgs = conversation.messages
@@ -180,11 +176,8 @@ class ChatML(Dialect):
             b.text(system or "")
         b.control(IM_END)
         b.text("\n")
-        blocks.append(b.block((0,) if first_system else ()))
+        b.block((0,) if first_system else ())
         return 1 if first_system else 0
-
-    def _builder(self) -> BlockBuilder:
-        return BlockBuilder(inline_controls=(TOOL_CALL, TOOL_CALL_END))
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """The opening of a tagged call, up to the arguments when the tool is named."""
@@ -218,16 +211,14 @@ class ChatML(Dialect):
         b.control(IM_END)
         b.text("\n")
 
-    def _render_results(
-        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
-    ) -> int:
+    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
         """Render the tool result at ``i``; return the index of the next message."""
         m = msgs[i]
         b.control(IM_START)
         b.text(self._header("tool", m.metadata) + "\n" + m.text)
         b.control(IM_END)
         b.text("\n")
-        blocks.append(b.block((i,)))
+        b.block((i,))
         return i + 1
 
     # ==== Parsing ====
@@ -263,9 +254,7 @@ class Qwen25(ChatML):
     def _header(self, role: str, metadata: str | None) -> str:
         return role  # the template writes no metadata
 
-    def _render_results(
-        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
-    ) -> int:
+    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
         # Consecutive results share one user turn, one <tool_response> block each.
         j = i
         b.control(IM_START)
@@ -275,7 +264,7 @@ class Qwen25(ChatML):
             j += 1
         b.control(IM_END)
         b.text("\n")
-        blocks.append(b.block(range(i, j)))
+        b.block(range(i, j))
         return j
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from ..grammar import Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message, ToolCall
-from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata, json_name_is_bad
 from .base import Dialect, ReasoningMode, StreamParser
 from .chatml import arguments_json
@@ -85,9 +85,6 @@ class DeepSeekBase(Dialect):
     stop_controls = (EOS,)
     reasoning: ReasoningMode = "switch"
     thinking = False  # the templates' default: thinking is asked for per request
-
-    def _builder(self) -> BlockBuilder:
-        return BlockBuilder()
 
     def _think(self, b: BlockBuilder) -> None:
         b.control(THINK, required=False)
@@ -167,15 +164,13 @@ class DeepSeekV31(DeepSeekBase):
     #: R1 writes ``function<｜tool▁sep｜>name`` and fences the arguments; V3.1 does neither.
     fenced = False
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = self._builder()
-        blocks: list[Block] = []
         b.control(BOS)
         b.text(self._system(conversation))
-        blocks.append(b.block([i for i, m in enumerate(msgs) if m.role == "system"]))
+        b.block([i for i, m in enumerate(msgs) if m.role == "system"])
         last_user = False  # the template's ns.is_last_user: a user spoke since the last reply
         after_results = False
         n = len(msgs)
@@ -194,20 +189,19 @@ class DeepSeekV31(DeepSeekBase):
                 while j < n and is_result(msgs[j]):
                     j += 1
                 self._render_results(b, msgs[i:j])
-                blocks.append(b.block(range(i, j)))
+                b.block(range(i, j))
                 last_user, after_results = False, True
                 i = j
                 continue
             else:  # system: already rendered at the top
                 i += 1
                 continue
-            blocks.append(b.block((i,)))
+            b.block((i,))
             i += 1
         if add_generation_prompt and self._prompts_after(msgs, last_user, after_results):
             b.control(ASSISTANT)
             self._generation_prompt(b)
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def _system(self, conversation: Conversation) -> str:
         return system_prompt_of(conversation.messages)

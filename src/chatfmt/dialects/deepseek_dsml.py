@@ -11,7 +11,7 @@ from ..errors import ValidationError
 from ..grammar import Grammar, ToolLike
 from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message, Tool, ToolCall
-from ..segments import Block, BlockBuilder
+from ..segments import BlockBuilder
 from ..validation import MessageRule
 from .base import StreamParser
 from .deepseek import (
@@ -157,15 +157,13 @@ class DeepSeekV32(DeepSeekBase):
         b.control(DSML, required=False)
         b.text(f"{self.block_name}>")
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = self._builder()
-        blocks: list[Block] = []
         b.control(BOS)
         self._system(b, conversation)
-        blocks.append(b.block([i for i, m in enumerate(msgs) if m.role == "system"]))
+        b.block([i for i, m in enumerate(msgs) if m.role == "system"])
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
         pending = ""  # what the next reply opens with: "user" (a new turn), "results", ""
         n = len(msgs)
@@ -198,14 +196,14 @@ class DeepSeekV32(DeepSeekBase):
                 # string has it (a separate run would tokenize differently).
                 if (j < n and msgs[j].role == "assistant") or (j == n and add_generation_prompt):
                     b.text("\n\n")
-                blocks.append(b.block(range(i, j)))
+                b.block(range(i, j))
                 pending = "results"
                 i = j
                 continue
             else:
                 i += 1
                 continue
-            blocks.append(b.block((i,)))
+            b.block((i,))
             i += 1
         if add_generation_prompt and pending:
             if pending == "user":
@@ -213,8 +211,7 @@ class DeepSeekV32(DeepSeekBase):
             self._think(b)
             if not self.thinking:
                 self._think_end(b)
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def _answer_parser(self, id_factory: Callable[[], str] | None) -> StreamParser:
         return DSMLCallsParser(
@@ -249,15 +246,13 @@ class DeepSeekV4(DeepSeekV32):
     _tools_head = _V4_TOOLS
     _tools_end = _V4_TOOLS_END
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = self._builder()
-        blocks: list[Block] = []
         b.control(BOS)
         self._system(b, conversation)
-        blocks.append(b.block([i for i, m in enumerate(msgs) if m.role == "system"]))
+        b.block([i for i, m in enumerate(msgs) if m.role == "system"])
         last_input = max(
             (i for i, m in enumerate(msgs) if m.role == "user" or is_result(m)), default=-1
         )
@@ -272,7 +267,7 @@ class DeepSeekV4(DeepSeekV32):
                 if m.tool_calls:
                     self._render_calls(b, m.tool_calls)
                 b.control(EOS)
-                blocks.append(b.block((i,)))
+                b.block((i,))
                 i += 1
                 continue
             if m.role == "system":
@@ -288,7 +283,7 @@ class DeepSeekV4(DeepSeekV32):
                         b.text("\n\n")
                     b.text(f"<tool_result>{r.text}</tool_result>" if is_result(r) else r.text)
                 j += 1
-            blocks.append(b.block(range(i, j)))
+            b.block(range(i, j))
             i = j
         if add_generation_prompt:
             b.control(ASSISTANT)
@@ -296,8 +291,7 @@ class DeepSeekV4(DeepSeekV32):
                 self._think(b)
             else:
                 self._think_end(b)
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
 
 __all__ = ["DeepSeekV4", "DeepSeekV32"]

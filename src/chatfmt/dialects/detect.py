@@ -153,8 +153,7 @@ def detect_dialect(
     if best not in names:
         return Detection(
             None,
-            f"the chat template is {fingerprint.why}, but this installation has no {best} "
-            "dialect",
+            f"the chat template is {fingerprint.why}, but this installation has no {best} dialect",
             names,
         )
     reason = f"the chat template is {fingerprint.why}"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..errors import ValidationError
 from ..messages import Conversation
-from ..segments import Block, Control, Text
+from ..segments import Block, BlockBuilder, Control, Text
 from ..validation import check_not_empty
 from .base import Dialect
 from .fingerprint import Fingerprint
@@ -86,9 +86,9 @@ class Gemma3(Dialect):
                     rule="alternation",
                 )
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         """``<bos>``, one block per turn (the system text in the first), the model prompt."""
         msgs = conversation.messages
         prefix = ""
@@ -96,17 +96,16 @@ class Gemma3(Dialect):
         if msgs and msgs[0].role == "system":
             prefix = msgs[0].text + "\n\n"
             start = 1
-        blocks = [Block((Control(BOS),))]
+        b.add(Block((Control(BOS),)))
         for i in range(start, len(msgs)):
             m = msgs[i]
             role = "model" if m.role == "assistant" else m.role
             head = f"{role}\n{prefix if i == start else ''}"
             text = Text(head + m.text.strip())
             covered = tuple(range(start, i + 1)) if i == start else (i,)
-            blocks.append(Block((Control(START), text, Control(END), _NEWLINE), covered))
+            b.add(Block((Control(START), text, Control(END), _NEWLINE), covered))
         if add_generation_prompt:
-            blocks.append(Block((Control(START), Text("model\n"))))
-        return blocks
+            b.add(Block((Control(START), Text("model\n"))))
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> PlainParser:
         return PlainParser(

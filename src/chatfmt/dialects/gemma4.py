@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ValidationError
 from ..grammar import ToolLike
 from ..messages import Conversation, Message, ToolCall
-from ..segments import Block, BlockBuilder, Segment
+from ..segments import BlockBuilder, Segment
 from ..validation import MessageRule, NoMetadata
 from .base import Dialect, StreamParser
 from .fingerprint import Fingerprint
@@ -106,7 +106,7 @@ class Gemma4(Dialect):
 
     name = "gemma4"
     fingerprint = Fingerprint(
-        "Gemma 4 (<|turn>role … <turn|>, <|tool_call>call:NAME{…} calls with <|\"|> strings, "
+        'Gemma 4 (<|turn>role … <turn|>, <|tool_call>call:NAME{…} calls with <|"|> strings, '
         "a <|channel>thought channel)",
         requires=("<|turn>", "<turn|>", '<|"|>'),
         precedence=280,
@@ -167,13 +167,11 @@ class Gemma4(Dialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = BlockBuilder()
         b.control(BOS)
-        blocks: list[Block] = []
         first_system = bool(msgs) and msgs[0].role == "system"
         if self.thinking or conversation.tools or first_system:
             b.control(TURN)
@@ -189,7 +187,7 @@ class Gemma4(Dialect):
                 b.control(TOOL_END)
             b.control(TURN_END)
             b.text("\n")
-        blocks.append(b.block((0,) if first_system else ()))
+        b.block((0,) if first_system else ())
         start = 1 if first_system else 0
         last_user = max((i for i in range(start, len(msgs)) if msgs[i].role == "user"), default=-1)
         last_kind: str | None = None  # what the last rendered message ended with
@@ -205,7 +203,7 @@ class Gemma4(Dialect):
                 j += 1
             last_kind = self._render_message(b, m, msgs[i + 1 : j], i, last_user, previous)
             previous = m.role
-            blocks.append(b.block(range(i, j)))
+            b.block(range(i, j))
             i = j
         if add_generation_prompt and last_kind not in ("results", "calls"):
             b.control(TURN)
@@ -214,8 +212,7 @@ class Gemma4(Dialect):
                 b.control(CHANNEL)
                 b.text("thought\n")
                 b.control(CHANNEL_END)
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def _render_message(
         self,

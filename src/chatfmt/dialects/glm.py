@@ -37,6 +37,9 @@ ROLE_CONTROL = {
 GLM_MARKUP = frozenset(
     {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"}
 )
+#: What only GLM-4.5 and later templates write (calls as ``<tool_call>`` with
+#: ``<arg_key>``/``<arg_value>``, and thinking): ChatGLM3 and GLM-4 exclude it.
+LATER_GLM_MARKUP = ("<tool_call>", "<arg_key>", "<think>")
 
 
 class GLMDialect(Dialect):

@@ -17,13 +17,14 @@ from typing import Any
 
 from ..errors import ParseError, ValidationError
 from ..messages import Conversation, Message, ToolCall
-from ..segments import Block, Control, Segment, Text
+from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
 from .base import EndRule
 from .fingerprint import Fingerprint
 from .glm import (
     ASSISTANT,
     GLM_MARKUP,
+    LATER_GLM_MARKUP,
     OBSERVATION,
     ROLE_CONTROL,
     ROLE_TOKENS,
@@ -68,8 +69,7 @@ class GLM4(GLMDialect):
         "GLM-4 chat ([gMASK]<sop>, role tokens, calls as JSON in an <|assistant|> segment)",
         requires=("[gMASK]<sop>",),
         tokens=GLM_MARKUP,
-        # GLM-4.5 and later write calls as <tool_call> with <arg_key>/<arg_value>, and think.
-        excludes=("<tool_call>", "<arg_key>", "<think>"),
+        excludes=LATER_GLM_MARKUP,
         precedence=20,
     )
     controls = ("[gMASK]", "<sop>", *ROLE_TOKENS, ENDOFTEXT)
@@ -101,11 +101,11 @@ class GLM4(GLMDialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         """The prefix, the tools turn, one block per message, the ``<|assistant|>`` prompt."""
-        blocks = [_PREFIX]
+        b.add(_PREFIX)
         if conversation.tools:
             text = "\n" + TOOLS_IDENTITY + _TOOLS_HEAD
             for tool in conversation.tools:
@@ -113,14 +113,13 @@ class GLM4(GLMDialect):
                 # One newline before "##": the template has two, but renders (trim_blocks, as
                 # transformers and vLLM run it) with the first one eaten by its block tag.
                 text += f"\n## {tool.name}\n\n{definition}{_TOOL_TAIL}"
-            blocks.append(Block((Control(SYSTEM), Text(text))))
+            b.add(Block((Control(SYSTEM), Text(text))))
         for i, m in enumerate(conversation.messages):
             segments = _message_segments(m)
             if segments:
-                blocks.append(Block(segments, (i,)))
+                b.add(Block(segments, (i,)))
         if add_generation_prompt:
-            blocks.append(Block((Control(ASSISTANT),)))
-        return blocks
+            b.add(Block((Control(ASSISTANT),)))
 
 
 def _message_segments(m: Message) -> tuple[Segment, ...]:

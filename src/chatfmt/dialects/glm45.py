@@ -27,7 +27,7 @@ from dataclasses import replace
 from ..grammar import Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message, Tool, ToolCall
-from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata
 from .base import Dialect, EndRule, ReasoningMode, StreamParser
 from .fingerprint import Fingerprint
@@ -136,6 +136,7 @@ class _GLM45(Dialect):
 
     controls = (GMASK, SOP, *_ROLES, ENDOFTEXT, *_TAGS, NOTHINK)
     stop_controls = (USER, OBSERVATION, ENDOFTEXT)
+    inline_controls: tuple[str, ...] = _TAGS
     #: ``[gMASK]``, ``<sop>`` and ``/nothink`` are never generated: as text they stay text.
     text_controls = (*_ROLES, ENDOFTEXT, *_TAGS)
     turns_render_independently = False  # a new user message drops the reasoning before it
@@ -163,20 +164,15 @@ class _GLM45(Dialect):
 
     # ==== Rendering ====
 
-    def _builder(self) -> BlockBuilder:
-        return BlockBuilder(inline_controls=_TAGS)
-
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = self._builder()
-        blocks: list[Block] = []
         b.control(GMASK)
         b.control(SOP)
         if conversation.tools:
             self._render_tools(b, conversation.tools)
-        blocks.append(b.block())
+        b.block()
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
         n = len(msgs)
         i = 0
@@ -189,7 +185,7 @@ class _GLM45(Dialect):
                 while j < n and _is_result(msgs[j]):
                     self._render_result(b, msgs[j].text)
                     j += 1
-                blocks.append(b.block(range(i, j)))
+                b.block(range(i, j))
                 i = j
                 continue
             if m.role == "assistant":
@@ -201,13 +197,12 @@ class _GLM45(Dialect):
             else:
                 b.control(SYSTEM)
                 b.text(self.sep + m.text)
-            blocks.append(b.block((i,)))
+            b.block((i,))
             i += 1
         if add_generation_prompt:
             b.control(ASSISTANT)
             self._generation_prompt(b)
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def _render_tools(self, b: BlockBuilder, tools: Sequence[Tool]) -> None:
         b.control(SYSTEM)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from ..grammar import Grammar, ToolLike
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder, Segment
+from ..segments import BlockBuilder, Segment
 from ..validation import JSON_CALL_NAMES, MessageRule, NoMetadata
 from .base import Dialect, StreamParser
 from .chatml import (
@@ -73,6 +73,7 @@ class Granite4(Dialect):
     rules: tuple[MessageRule, ...] = (NoMetadata(), JSON_CALL_NAMES)
     controls = (START_OF_ROLE, END_OF_ROLE, END_OF_TEXT, *_TAGS)
     stop_controls = (END_OF_TEXT,)
+    inline_controls: tuple[str, ...] = _TAGS
     reply_in_words = True
     turns_render_independently = True
     reasoning = "never"
@@ -82,17 +83,15 @@ class Granite4(Dialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = BlockBuilder(inline_controls=_TAGS)
-        blocks: list[Block] = []
-        i = self._render_system(b, conversation, blocks)
+        i = self._render_system(b, conversation)
         while i < len(msgs):
             m = msgs[i]
             if m.role in ("tool", "observation"):
-                i = self._render_results(b, msgs, i, blocks)
+                i = self._render_results(b, msgs, i)
                 continue
             self._head(b, m.role)
             b.text(m.text)
@@ -101,12 +100,11 @@ class Granite4(Dialect):
                     b.text("\n" if k or m.text else "")
                     self._render_call(b, call.name, call.arguments, call.raw)
             self._end(b)
-            blocks.append(b.block((i,)))
+            b.block((i,))
             i += 1
         if add_generation_prompt:
             self._head(b, "assistant")
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def _head(self, b: BlockBuilder, role: str) -> None:
         b.control(START_OF_ROLE)
@@ -117,9 +115,7 @@ class Granite4(Dialect):
         b.control(END_OF_TEXT)
         b.text("\n")
 
-    def _render_system(
-        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
-    ) -> int:
+    def _render_system(self, b: BlockBuilder, conversation: Conversation) -> int:
         """The system turn: the first message's text when it is a system message, then the
         tools; returns the index of the first message left to render."""
         msgs = conversation.messages
@@ -146,21 +142,19 @@ class Granite4(Dialect):
             else:
                 b.text(text)
         self._end(b)
-        blocks.append(b.block((0,) if first_system else ()))
+        b.block((0,) if first_system else ())
         return 1 if first_system else 0
 
     def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
         render_hermes_call(b, name, arguments, raw)
 
-    def _render_results(
-        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
-    ) -> int:
+    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
         # Consecutive results share one user turn, one <tool_response> block each.
         j = results_end(msgs, i)
         self._head(b, "user")
         render_tool_responses(b, (m.text for m in msgs[i:j]))
         self._end(b)
-        blocks.append(b.block(range(i, j)))
+        b.block(range(i, j))
         return j
 
     # ==== Parsing and grammars ====

@@ -18,7 +18,7 @@ from ..errors import ValidationError
 from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..messages import Conversation, Message
-from ..segments import Block, Control, Segment, Text
+from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata, check_common, check_messages
 from .base import Dialect, EndRule
 from .fingerprint import Fingerprint
@@ -146,25 +146,24 @@ class Harmony(Dialect):
         sections.append(_CHANNELS + (_FUNCTIONS_LINE if function_tools else ""))
         return "\n\n".join(sections)
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs, tools = conversation.messages, conversation.tools
         system = _message((Text("system"),), self.system_text(function_tools=bool(tools)))
-        blocks = [Block(system)]
+        b.add(Block(system))
         start = 1 if msgs and msgs[0].role == "system" else 0
         if start or tools:
             sections = ["# Instructions", msgs[0].text] if start else []
             sections += [tools_section(tools)] if tools else []
             dev = _message((Text("developer"),), "\n\n".join(sections))
-            blocks.append(Block(dev, tuple(range(start))))
+            b.add(Block(dev, tuple(range(start))))
         names = _result_names(msgs)
         kept = _kept_reasoning(msgs)
         for i in range(start, len(msgs)):
-            blocks.append(Block(self._render(msgs[i], names[i], i >= kept), (i,)))
+            b.add(Block(self._render(msgs[i], names[i], i >= kept), (i,)))
         if add_generation_prompt:
-            blocks.append(Block((Control(START), Text("assistant"))))
-        return blocks
+            b.add(Block((Control(START), Text("assistant"))))
 
     def _render(self, m: Message, result_name: str | None, reasoning: bool) -> tuple[Segment, ...]:
         if m.role == "system":

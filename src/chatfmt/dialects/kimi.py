@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 from ..grammar import WORDS, Grammar, ToolLike, thought_first
 from ..messages import Conversation, Message, ToolCall
-from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata
 from .base import Dialect, ReasoningMode, StreamParser
 from .fingerprint import Fingerprint
@@ -109,19 +109,17 @@ class KimiK2(Dialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = BlockBuilder()
-        blocks: list[Block] = []
         if conversation.tools:
             definitions = [t.definition for t in conversation.tools]
             self._turn(b, IM_SYSTEM, "tool_declare", json.dumps(definitions, ensure_ascii=False))
         if self._needs_default_system(msgs):
             self._turn(b, IM_SYSTEM, "system", DEFAULT_SYSTEM)
             b.text(self._after_default_system)
-        blocks.append(b.block())
+        b.block()
         first_answer = next(
             (i for i, m in enumerate(msgs) if m.role == "assistant" and not m.tool_calls), -1
         )
@@ -148,11 +146,10 @@ class KimiK2(Dialect):
             else:
                 b.text(m.text)
             b.control(IM_END)
-            blocks.append(b.block((i,)))
+            b.block((i,))
         if add_generation_prompt:
             self._turn(b, IM_ASSISTANT, "assistant", None)
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def _needs_default_system(self, msgs: Sequence[Message]) -> bool:
         return bool(msgs) and msgs[0].role != "system"

@@ -25,7 +25,7 @@ from ..grammar.gbnf import WS_PATTERN
 from ..jsonscan import WS
 from ..messages import Conversation, Message, ToolCall
 from ..pycall import parse_tool_call
-from ..segments import Block, Control, Segment, Text
+from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import MessageRule, NoMetadata
 from .base import Dialect, finish_reason_for
 from .fingerprint import Fingerprint
@@ -156,11 +156,11 @@ class Llama3(Dialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        blocks = [Block((Control(BEGIN_OF_TEXT),))]
+        b.add(Block((Control(BEGIN_OF_TEXT),)))
         start = 0
         if conversation.tools:
             system = msgs[0].text if msgs and msgs[0].role == "system" else None
@@ -175,16 +175,13 @@ class Llama3(Dialect):
                 + "\n"
                 for t in conversation.tools
             )
-            blocks.append(
-                Block((*_header("system"), Text(text), Control(EOT)), tuple(range(start)))
-            )
+            b.add(Block((*_header("system"), Text(text), Control(EOT)), tuple(range(start))))
             tools = _TOOLS_HEAD + listing + _TOOLS_TAIL
-            blocks.append(Block((*_header("user"), Text(tools), Control(EOT))))
+            b.add(Block((*_header("user"), Text(tools), Control(EOT))))
         for i in range(start, len(msgs)):
-            blocks.append(Block(self._message(msgs[i]), (i,)))
+            b.add(Block(self._message(msgs[i]), (i,)))
         if add_generation_prompt:
-            blocks.append(Block(_header("assistant")))
-        return blocks
+            b.add(Block(_header("assistant")))
 
     def _today(self) -> str:
         today = self.today if self.today is not None else datetime.date.today()

@@ -22,7 +22,7 @@ from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
 from ..messages import Conversation, Message, ToolCall
 from ..pycall import format_value, is_argument_name
-from ..segments import Block, Control, Segment, Text
+from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import MessageRule, NoMetadata
 from .base import Dialect
 from .fingerprint import Fingerprint
@@ -218,11 +218,11 @@ class Llama4(Dialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        blocks = [Block((Control(BEGIN_OF_TEXT),))]
+        b.add(Block((Control(BEGIN_OF_TEXT),)))
         start = 0
         if conversation.tools:
             system = msgs[0].text if msgs and msgs[0].role == "system" else None
@@ -233,14 +233,11 @@ class Llama4(Dialect):
             text = TOOLS_HEAD + listing + TOOLS_TAIL
             if system is not None:
                 text = system + "\n\n" + text
-            blocks.append(
-                Block((*_header("system"), Text(text), Control(EOT)), tuple(range(start)))
-            )
+            b.add(Block((*_header("system"), Text(text), Control(EOT)), tuple(range(start))))
         for i in range(start, len(msgs)):
-            blocks.append(Block(self._message(msgs[i]), (i,)))
+            b.add(Block(self._message(msgs[i]), (i,)))
         if add_generation_prompt:
-            blocks.append(Block(_header("assistant")))
-        return blocks
+            b.add(Block(_header("assistant")))
 
     def _message(self, m: Message) -> tuple[Segment, ...]:
         segments = list(_header(_ROLES[m.role]))

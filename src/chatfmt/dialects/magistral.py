@@ -23,7 +23,6 @@ from ..errors import ValidationError
 from ..grammar import WORDS, Grammar, ToolLike, thought_first
 from ..messages import Conversation, Message
 from ..segments import Block, BlockBuilder, Control
-from ..validation import check_common
 from .base import ReasoningMode, StreamParser
 from .fingerprint import Fingerprint
 from .mistral import (
@@ -88,35 +87,29 @@ class Magistral(MistralV11):
 
     # ==== Validation ====
 
-    def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
-        check_common(conversation, strict=strict)
-        if not strict:
-            return
-        for tool in conversation.tools:
-            self._check_name(tool.name, None)
-        msgs = conversation.messages
-        for i, m in enumerate(msgs):
-            prev = msgs[i - 1] if i else None
-            role = "tool" if m.role == "observation" else m.role
-            if prev is not None:
-                before = "tool" if prev.role == "observation" else prev.role
-                if role not in _NEXT[before]:
-                    raise ValidationError(
-                        f"{m.role!r} cannot follow {prev.role!r}; after it may come "
-                        f"{' or '.join(sorted(_NEXT[before]))} messages"
-                        + (" (merge the two into one)" if role == before == "assistant" else ""),
-                        index=i,
-                        rule="order",
-                    )
-            if m.role == "assistant":
-                self._check_reply(i, m)
-            elif role == "tool" and m.tool_call_id is None:
+    def _check_message(self, i: int, m: Message, prev: Message | None) -> None:
+        role = "tool" if m.role == "observation" else m.role
+        if prev is not None:
+            before = "tool" if prev.role == "observation" else prev.role
+            if role not in _NEXT[before]:
                 raise ValidationError(
-                    "a tool result needs the tool_call_id of the call it answers (v13 does not "
-                    "render it, but results are matched to calls by it)",
+                    f"{m.role!r} cannot follow {prev.role!r}; after it may come "
+                    f"{' or '.join(sorted(_NEXT[before]))} messages"
+                    + (" (merge the two into one)" if role == before == "assistant" else ""),
                     index=i,
-                    rule="tool-pairing",
+                    rule="order",
                 )
+        if m.role == "assistant":
+            self._check_reply(i, m)
+        elif role == "tool" and m.tool_call_id is None:
+            raise ValidationError(
+                "a tool result needs the tool_call_id of the call it answers (v13 does not "
+                "render it, but results are matched to calls by it)",
+                index=i,
+                rule="tool-pairing",
+            )
+
+    def _check_whole(self, msgs: Sequence[Message]) -> None:
         if msgs and not any(m.role == "user" for m in msgs):
             raise ValidationError(
                 "the conversation has no user message to answer; add one", rule="first-message"
@@ -143,13 +136,12 @@ class Magistral(MistralV11):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         # No generation prompt: the reply follows [/INST] or [/TOOL_RESULTS] as it is.
         msgs = conversation.messages
-        b = BlockBuilder()
-        blocks = [Block((Control(BOS),))]
+        b.add(Block((Control(BOS),)))
         if self.default_system and not any(m.role == "system" for m in msgs):
             intro, thought, outro = DEFAULT_SYSTEM
             b.control(SYSTEM)
@@ -159,7 +151,7 @@ class Magistral(MistralV11):
             b.control(THINK_END)
             b.text(outro)
             b.control(SYSTEM_END)
-            blocks.append(b.block(()))
+            b.block(())
         tools_due = bool(conversation.tools)
         i = 0
         while i < len(msgs):
@@ -177,7 +169,7 @@ class Magistral(MistralV11):
                 b.control(INST)
                 b.text("\n\n".join(x.content for x in msgs[i : j + 1] if x.content))
                 b.control(INST_END)
-                blocks.append(b.block(range(i, j + 1)))
+                b.block(range(i, j + 1))
                 i = j + 1
                 continue
             if m.role == "system":
@@ -190,9 +182,8 @@ class Magistral(MistralV11):
                 b.control(RESULTS)
                 b.text(m.text)
                 b.control(RESULTS_END)
-            blocks.append(b.block((i,)))
+            b.block((i,))
             i += 1
-        return blocks
 
     def _render_assistant(self, b: BlockBuilder, m: Message) -> None:
         if m.reasoning is not None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from ..grammar import Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder, Segment
+from ..segments import BlockBuilder, Segment
 from ..validation import CallNames, MessageRule, NoMetadata, SystemOnlyFirst
 from .base import Dialect, StreamParser
 from .fingerprint import Fingerprint
@@ -90,6 +90,7 @@ class MiniMaxM2(Dialect):
     )
     controls = (BEGIN, ROLE, END, *_TAGS)
     stop_controls = (END,)
+    inline_controls: tuple[str, ...] = _TAGS
     reasoning = "always"
     thinking = True
     #: The request's tools (name → parameters' ``properties``), set by :meth:`with_tools`.
@@ -106,12 +107,10 @@ class MiniMaxM2(Dialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = BlockBuilder(inline_controls=_TAGS)
-        blocks: list[Block] = []
         first_system = bool(msgs) and msgs[0].role == "system"
         b.control(BEGIN)
         b.control(ROLE)
@@ -127,14 +126,14 @@ class MiniMaxM2(Dialect):
             b.text(_TOOLS_HEAD + tools)
             b.tagged(_TOOLS_TAIL)
         self._end(b)
-        blocks.append(b.block((0,) if first_system else ()))
+        b.block((0,) if first_system else ())
         start = 1 if first_system else 0
         last_user = max((i for i in range(start, len(msgs)) if msgs[i].role == "user"), default=-1)
         i = start
         while i < len(msgs):
             m = msgs[i]
             if m.role in ("tool", "observation"):
-                i = self._render_results(b, msgs, i, blocks)
+                i = self._render_results(b, msgs, i)
                 continue
             if m.role == "assistant":
                 self._render_assistant(b, m, keep=i > last_user)
@@ -143,15 +142,14 @@ class MiniMaxM2(Dialect):
                 b.text("user\n" + m.text)
                 self._end(b)
             # A later system message: the template drops it (refused when strict).
-            blocks.append(b.block((i,)))
+            b.block((i,))
             i += 1
         if add_generation_prompt:
             b.control(ROLE)
             b.text("ai\n")
             b.control(THINK, required=False)
             b.text("\n")
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def _end(self, b: BlockBuilder) -> None:
         b.control(END)
@@ -176,9 +174,7 @@ class MiniMaxM2(Dialect):
             MINIMAX_XML.write(b, [(c.name, c.arguments_dict()) for c in m.tool_calls])
         self._end(b)
 
-    def _render_results(
-        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
-    ) -> int:
+    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
         # Consecutive results share one tool turn, one <response> each.
         j = i
         b.control(ROLE)
@@ -187,7 +183,7 @@ class MiniMaxM2(Dialect):
             b.text("\n<response>" + msgs[j].text + "</response>")
             j += 1
         self._end(b)
-        blocks.append(b.block(range(i, j)))
+        b.block(range(i, j))
         return j
 
     # ==== Parsing and grammars ====
@@ -201,9 +197,7 @@ class MiniMaxM2(Dialect):
             stop_controls=self.stop_controls,
             schemas=self.tool_schemas,
         )
-        return ThinkParser.after_prompt_of(
-            self, answer, id_factory, started=True
-        )
+        return ThinkParser.after_prompt_of(self, answer, id_factory, started=True)
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """Nothing: the prompt opened a thought, and the call comes after it (the grammar

@@ -128,16 +128,23 @@ class MistralV3(Dialect):
             self._check_name(tool.name, None)
         msgs = conversation.messages
         for i, m in enumerate(msgs):
-            prev = msgs[i - 1] if i else None
-            if prev is not None and _role(m) not in _NEXT[_role(prev)]:
-                after = " or ".join(sorted(_NEXT[_role(prev)]))
-                _fail(i, "order", role=m.role, prev=prev.role, allowed=after)
-            if m.role == "assistant":
-                self._check_assistant(i, m, prev)
-            elif _role(m) == "tool" and not CALL_ID_PATTERN.match(m.tool_call_id or ""):
-                _fail(i, "tool-call-id", what="tool_call_id", id=m.tool_call_id)
-            elif m.role == "system" and m.content is None:
-                _fail(i, "content", what='a system message needs content (it may be "")')
+            self._check_message(i, m, msgs[i - 1] if i else None)
+        self._check_whole(msgs)
+
+    def _check_message(self, i: int, m: Message, prev: Message | None) -> None:
+        """The rules of one message given the one before it (``None``: it is the first)."""
+        if prev is not None and _role(m) not in _NEXT[_role(prev)]:
+            after = " or ".join(sorted(_NEXT[_role(prev)]))
+            _fail(i, "order", role=m.role, prev=prev.role, allowed=after)
+        if m.role == "assistant":
+            self._check_assistant(i, m, prev)
+        elif _role(m) == "tool" and not CALL_ID_PATTERN.match(m.tool_call_id or ""):
+            _fail(i, "tool-call-id", what="tool_call_id", id=m.tool_call_id)
+        elif m.role == "system" and m.content is None:
+            _fail(i, "content", what='a system message needs content (it may be "")')
+
+    def _check_whole(self, msgs: Sequence[Message]) -> None:
+        """The rules of the conversation as a whole, after its messages'."""
         if len(msgs) == 1 and msgs[0].role not in ("user", "system"):
             _fail(0, "first-message", role=msgs[0].role)
 
@@ -163,9 +170,9 @@ class MistralV3(Dialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         # The reference merges runs of same-role messages (a system message breaks a run), and
         # starts with an empty user turn when the first one is not a user turn.
         msgs = conversation.messages
@@ -182,8 +189,7 @@ class MistralV3(Dialect):
             if not runs or runs[0][0] != "user":
                 runs.insert(0, ("user", []))
         last_user = max((k for k, r in enumerate(runs) if r[0] == "user"), default=-1)
-        b = BlockBuilder()
-        blocks = [Block((Control(BOS),))]
+        b.add(Block((Control(BOS),)))
         for k, (role, idx) in enumerate(runs):
             text = "\n\n".join(msgs[i].content for i in idx if msgs[i].content)  # type: ignore[misc]
             if role == "user":
@@ -210,8 +216,7 @@ class MistralV3(Dialect):
                 b.control(SYSTEM)
                 b.text(text)
                 b.control(SYSTEM_END)
-            blocks.append(b.block(idx))
-        return blocks
+            b.block(idx)
 
     @staticmethod
     def _tool(tool: Tool) -> dict[str, Any]:

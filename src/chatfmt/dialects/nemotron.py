@@ -18,16 +18,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from ..errors import ValidationError
 from ..grammar import CallRules, Grammar, ToolLike, Trigger, thought_first
 from ..grammar.gbnf import literal
 from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import JSON_CALL_NAMES, MessageRule, SystemOnlyFirst
 from .base import Dialect, ReasoningMode, StreamParser
 from .chatml import (
@@ -41,7 +39,8 @@ from .chatml import (
 from .fingerprint import Fingerprint
 from .parsers.mistral import ToolCallsParser
 from .parsers.think import ThinkParser
-from .qwen3_coder import XMLCallsMixin, render_result_lines, xml_call_grammar
+from .parsers.values import json_text
+from .qwen3_coder import XMLCallsMixin, coder_tool, render_result_lines, xml_call_grammar
 
 _INLINE = (TOOL_CALL, TOOL_CALL_END, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
 _TOOLS_HEAD = "# Tools\n\nYou have access to the following functions:\n\n<tools>"
@@ -58,7 +57,6 @@ _TOOLS_TAIL = (
     "and do not tell the user about function calls\n</IMPORTANT>"
 )
 _EMPTY_THOUGHT = THINK + THINK_END
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Nemotron3(XMLCallsMixin):
@@ -73,13 +71,11 @@ class Nemotron3(XMLCallsMixin):
         precedence=260,
     )
     controls = (IM_START, IM_END, ENDOFTEXT, *_INLINE)
+    inline_controls: tuple[str, ...] = _INLINE
     prompt_opens_thought = True
     #: The template's ``truncate_history_thinking``: turns before the last user message show
     #: ``<think></think>`` in place of their thought. Off, every turn keeps its own.
     truncate_history_thinking = True
-
-    def _builder(self) -> BlockBuilder:
-        return BlockBuilder(inline_controls=_INLINE)
 
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
         super().validate(conversation, strict=strict)
@@ -100,9 +96,7 @@ class Nemotron3(XMLCallsMixin):
             return -1
         return max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
 
-    def _render_system(
-        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
-    ) -> int:
+    def _render_system(self, b: BlockBuilder, conversation: Conversation) -> int:
         msgs = conversation.messages
         first_system = bool(msgs) and msgs[0].role == "system"
         system = msgs[0].text if first_system else ""
@@ -110,11 +104,11 @@ class Nemotron3(XMLCallsMixin):
         b.text("system\n" + system)
         if conversation.tools:
             b.text(("\n\n" if system else "") + _TOOLS_HEAD)
-            b.text("".join(nemotron_tool(t.definition) for t in conversation.tools))
+            b.text("".join(coder_tool(t.definition, listed=True) for t in conversation.tools))
             b.tagged(_TOOLS_TAIL)
         b.control(IM_END)
         b.text("\n")
-        blocks.append(b.block((0,) if first_system else ()))
+        b.block((0,) if first_system else ())
         return 1 if first_system else 0
 
     def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool, last: bool) -> None:
@@ -154,10 +148,8 @@ class Nemotron3(XMLCallsMixin):
             self._render_call(b, call.name, call.arguments, call.raw)
             b.text("\n")
 
-    def _render_results(
-        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
-    ) -> int:
-        return render_result_lines(b, msgs, i, blocks)
+    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
+        return render_result_lines(b, msgs, i)
 
     def _generation_prompt(self, b: BlockBuilder) -> None:
         b.tagged(THINK + "\n" if self.thinking else _EMPTY_THOUGHT)
@@ -182,56 +174,6 @@ class Nemotron3(XMLCallsMixin):
 
 
 # ==== Tool descriptions ====
-
-
-def _extra_keys(value: Any, handled: tuple[str, ...]) -> str:
-    """The keys of a schema or definition the template does not name, one element each:
-    mappings and lists as JSON, anything else as Python's ``str``."""
-    if not isinstance(value, Mapping):
-        return ""
-    out = []
-    for key, v in value.items():
-        if key not in handled:
-            text = json_text(v) if isinstance(v, (Mapping, list, tuple)) else str(v)
-            out.append(f"\n<{key}>{text}</{key}>")
-    return "".join(out)
-
-
-def json_text(value: Any) -> str:
-    """The template's ``tojson``; a lone surrogate (from a ``"\\ud800"`` escape) is not text a
-    tokenizer can take, so it stays escaped."""
-    text = json.dumps(value, ensure_ascii=False)
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-
-
-def nemotron_tool(definition: Mapping[str, Any]) -> str:
-    """One tool as Nemotron 3's template describes it (``<function>`` … ``</function>``):
-    Qwen3-Coder's elements plus ``<enum>`` and ``<required>`` as JSON."""
-    fn = definition["function"] if "function" in definition else definition
-    out = [f"\n<function>\n<name>{fn.get('name')}</name>"]
-    if "description" in fn:
-        out.append(f"\n<description>{str(fn['description']).strip()}</description>")
-    out.append("\n<parameters>")
-    params = fn.get("parameters")
-    props = params.get("properties") if isinstance(params, Mapping) else None
-    for name, field in props.items() if isinstance(props, Mapping) else ():
-        out.append(f"\n<parameter>\n<name>{name}</name>")
-        if isinstance(field, Mapping):
-            if "type" in field:
-                out.append(f"\n<type>{field['type']}</type>")
-            if "description" in field:
-                out.append(f"\n<description>{str(field['description']).strip()}</description>")
-            if "enum" in field:
-                out.append(f"\n<enum>{json_text(field['enum'])}</enum>")
-        out.append(_extra_keys(field, ("name", "type", "description", "enum")))
-        out.append("\n</parameter>")
-    out.append(_extra_keys(params, ("type", "properties", "required")))
-    if isinstance(params, Mapping) and "required" in params:
-        out.append(f"\n<required>{json_text(params['required'])}</required>")
-    out.append("\n</parameters>")
-    out.append(_extra_keys(fn, ("type", "name", "description", "parameters")))
-    out.append("\n</function>")
-    return "".join(out)
 
 
 # ==== Nemotron Nano v2 ====
@@ -298,6 +240,7 @@ class NemotronNano2(Dialect):
     rules: tuple[MessageRule, ...] = (SystemOnlyFirst(), JSON_CALL_NAMES)
     controls = (SYSTEM, TURN, TURN_END, *_NANO2_INLINE)
     stop_controls = (TURN_END,)
+    inline_controls: tuple[str, ...] = _NANO2_INLINE
     reasoning: ReasoningMode = "switch"
     thinking = True
     turns_render_independently = False  # a later flag changes the generation prompt
@@ -331,13 +274,11 @@ class NemotronNano2(Dialect):
 
     # ==== Rendering ====
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         thinking = self.for_reply_to(conversation).thinking
         msgs = conversation.messages
-        b = BlockBuilder(inline_controls=_NANO2_INLINE)
-        blocks: list[Block] = []
         first_system = msgs[0].role == "system"
         system = _unflagged(msgs[0].text) if first_system else ""
         b.control(SYSTEM)
@@ -353,7 +294,7 @@ class NemotronNano2(Dialect):
             b.control(AVAILABLE_TOOLS_END, required=False)
             b.tagged(_NANO2_TOOLS_TAIL)
         b.text("\n\n")
-        blocks.append(b.block((0,) if first_system else ()))
+        b.block((0,) if first_system else ())
         start = 1 if first_system else 0
         n = len(msgs)
         last = msgs[-1] if n > start and msgs[-1].role == "assistant" else None
@@ -372,7 +313,7 @@ class NemotronNano2(Dialect):
                     j += 1
                 b.text("]")
                 b.control(TOOL_RESULTS_END, required=False)
-                blocks.append(b.block(range(i, j)))
+                b.block(range(i, j))
                 i = j
                 continue
             b.control(TURN)
@@ -380,17 +321,16 @@ class NemotronNano2(Dialect):
                 self._render_assistant(b, m)
             else:
                 b.text("User\n" + _unflagged(m.text) + "\n")
-            blocks.append(b.block((i,)))
+            b.block((i,))
             i += 1
         if last is not None:
             self._render_last(b, last, thinking, add_generation_prompt)
-            blocks.append(b.block((n - 1,)))
+            b.block((n - 1,))
         elif add_generation_prompt:
             b.control(TURN)
             b.text("Assistant\n")
             b.tagged(THINK + "\n" if thinking else _EMPTY_THOUGHT)
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def _render_assistant(self, b: BlockBuilder, m: Message) -> None:
         content = m.content or ""
@@ -482,4 +422,4 @@ class NemotronNano2(Dialect):
         return (Control(TOOLCALL, False), Text(head))
 
 
-__all__ = ["Nemotron3", "NemotronNano2", "nemotron_tool", "thinking_flag"]
+__all__ = ["Nemotron3", "NemotronNano2", "thinking_flag"]

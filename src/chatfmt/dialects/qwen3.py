@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from ..grammar import WORDS, Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder, Control, Segment, Text
+from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import JSON_CALL_NAMES, MessageRule, NeedsContent, NoMetadata
 from .base import ReasoningMode, StreamParser
 from .chatml import (
@@ -82,6 +82,7 @@ class Qwen3(ChatML):
     )
     rules: tuple[MessageRule, ...] = (JSON_CALL_NAMES, NeedsContent(), NoMetadata())
     controls = (*ChatML.controls, THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END)
+    inline_controls: tuple[str, ...] = _INLINE
     turns_render_independently = False  # a new query drops the reasoning of the turns before
     reasoning: ReasoningMode = "switch"
     thinking = True
@@ -89,22 +90,17 @@ class Qwen3(ChatML):
     def _header(self, role: str, metadata: str | None) -> str:
         return role  # the template writes no metadata
 
-    def _builder(self) -> BlockBuilder:
-        return BlockBuilder(inline_controls=_INLINE)
-
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         msgs = conversation.messages
-        b = self._builder()
-        blocks: list[Block] = []
-        i = self._render_system(b, conversation, blocks)
+        i = self._render_system(b, conversation)
         query = self._last_query(msgs)
         n = len(msgs)
         while i < n:
             m = msgs[i]
             if m.role in ("tool", "observation"):
-                i = self._render_results(b, msgs, i, blocks)
+                i = self._render_results(b, msgs, i)
                 continue
             b.control(IM_START)
             if m.role == "assistant":
@@ -113,14 +109,13 @@ class Qwen3(ChatML):
                 b.text(f"{m.role}\n{self._text(m)}")
             b.control(IM_END)
             b.text("\n")
-            blocks.append(b.block((i,)))
+            b.block((i,))
             i += 1
         if add_generation_prompt:
             b.control(IM_START)
             b.text("assistant\n")
             self._generation_prompt(b)
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def _last_query(self, msgs: Sequence[Message]) -> int:
         """Where the history rule cuts: turns after this index keep their reasoning."""
@@ -152,9 +147,7 @@ class Qwen3(ChatML):
     def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
         render_hermes_call(b, name, arguments, raw)
 
-    def _render_results(
-        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
-    ) -> int:
+    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
         # Consecutive results share one user turn, one <tool_response> block each; the tags
         # are tokens of this vocabulary, the result between them is text.
         j = results_end(msgs, i)
@@ -163,7 +156,7 @@ class Qwen3(ChatML):
         render_tool_responses(b, (self._text(m) for m in msgs[i:j]))
         b.control(IM_END)
         b.text("\n")
-        blocks.append(b.block(range(i, j)))
+        b.block(range(i, j))
         return j
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
@@ -229,20 +222,18 @@ class QwQ(Qwen3):
     thinking = False
     prompt_opens_thought = True
 
-    def _render_system(
-        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
-    ) -> int:
+    def _render_system(self, b: BlockBuilder, conversation: Conversation) -> int:
         msgs = conversation.messages
         first_system = bool(msgs) and msgs[0].role == "system"
         if not conversation.tools:
-            return super()._render_system(b, conversation, blocks)
+            return super()._render_system(b, conversation)
         b.control(IM_START)
         b.text("system\n" + (msgs[0].text if first_system else "") + "\n\n")
         b.text(self._tools_section(conversation.tools))
         b.tagged(HERMES_TOOLS_TAIL)
         b.control(IM_END)
         b.text("\n")
-        blocks.append(b.block((0,) if first_system else ()))
+        b.block((0,) if first_system else ())
         return 1 if first_system else 0
 
     def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool, last: bool) -> None:

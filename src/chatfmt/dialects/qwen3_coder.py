@@ -27,7 +27,7 @@ from ..errors import ValidationError
 from ..grammar import Grammar, ToolLike
 from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder, Segment
+from ..segments import BlockBuilder, Segment
 from ..validation import (
     JSON_CALL_NAMES,
     CallNames,
@@ -47,7 +47,7 @@ from .chatml import (
     results_end,
 )
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
-from .parsers.values import Schemas, tool_schemas
+from .parsers.values import Schemas, json_text, tool_schemas
 from .qwen3 import Qwen3, split_thought
 from .xmlsyntax import XMLSyntax, XMLSyntaxParser, call_grammar
 
@@ -122,9 +122,7 @@ _XML_CALL_NAMES = CallNames(
 )
 
 
-def render_result_lines(
-    b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
-) -> int:
+def render_result_lines(b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
     """The run of tool results at ``i`` as the XML-call templates write it (Qwen3-Coder,
     Nemotron 3): one user turn, each ``<tool_response>`` block on lines of its own; returns
     the index after the run."""
@@ -134,7 +132,7 @@ def render_result_lines(
     render_tool_responses(b, (m.text for m in msgs[i:j]), trailing_newline=True)
     b.control(IM_END)
     b.text("\n")
-    blocks.append(b.block(range(i, j)))
+    b.block(range(i, j))
     return j
 
 
@@ -196,16 +194,12 @@ class Qwen3Coder(XMLCallsMixin):
         precedence=160,
     )
     controls = (IM_START, IM_END, ENDOFTEXT, *_CALL_TAGS)
+    inline_controls: tuple[str, ...] = _CALL_TAGS
     turns_render_independently = True
     reasoning = "never"
     thinking = False
 
-    def _builder(self) -> BlockBuilder:
-        return BlockBuilder(inline_controls=_CALL_TAGS)
-
-    def _render_system(
-        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
-    ) -> int:
+    def _render_system(self, b: BlockBuilder, conversation: Conversation) -> int:
         msgs = conversation.messages
         first_system = bool(msgs) and msgs[0].role == "system"
         tools = conversation.tools
@@ -218,7 +212,7 @@ class Qwen3Coder(XMLCallsMixin):
             b.tagged(_CODER_TOOLS_TAIL)
         b.control(IM_END)
         b.text("\n")
-        blocks.append(b.block((0,) if first_system else ()))
+        b.block((0,) if first_system else ())
         return 1 if first_system else 0
 
     def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool, last: bool) -> None:
@@ -232,10 +226,8 @@ class Qwen3Coder(XMLCallsMixin):
             b.text("\n")
             self._render_call(b, call.name, call.arguments, call.raw)
 
-    def _render_results(
-        self, b: BlockBuilder, msgs: Sequence[Message], i: int, blocks: list[Block]
-    ) -> int:
-        return render_result_lines(b, msgs, i, blocks)
+    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
+        return render_result_lines(b, msgs, i)
 
     def _generation_prompt(self, b: BlockBuilder) -> None:
         pass  # no thought to open or close
@@ -280,9 +272,7 @@ class Qwen35(XMLCallsMixin):
     def _text(self, m: Message) -> str:
         return m.text.strip()
 
-    def _render_system(
-        self, b: BlockBuilder, conversation: Conversation, blocks: list[Block]
-    ) -> int:
+    def _render_system(self, b: BlockBuilder, conversation: Conversation) -> int:
         msgs = conversation.messages
         first_system = bool(msgs) and msgs[0].role == "system"
         system = msgs[0].text.strip() if first_system else ""
@@ -301,7 +291,7 @@ class Qwen35(XMLCallsMixin):
             b.text(system)
         b.control(IM_END)
         b.text("\n")
-        blocks.append(b.block((0,) if first_system else ()))
+        b.block((0,) if first_system else ())
         return 1 if first_system else 0
 
     def _render_assistant(self, b: BlockBuilder, m: Message, *, keep: bool, last: bool) -> None:
@@ -332,19 +322,21 @@ def _wrapped_results(text: str) -> bool:
 
 def _extra_keys(value: Any, handled: tuple[str, ...]) -> str:
     """The keys of a schema or definition the template does not name, one element each:
-    mappings and lists as JSON, anything else as Python's ``str``."""
+    mappings and sequences as JSON, anything else as Python's ``str``."""
     if not isinstance(value, Mapping):
         return ""
     out = []
     for key, v in value.items():
         if key not in handled:
-            text = json.dumps(v, ensure_ascii=False) if isinstance(v, (Mapping, list)) else str(v)
+            text = json_text(v) if isinstance(v, (Mapping, list, tuple)) else str(v)
             out.append(f"\n<{key}>{text}</{key}>")
     return "".join(out)
 
 
-def coder_tool(definition: Mapping[str, Any]) -> str:
-    """One tool as Qwen3-Coder's template describes it (``<function>`` … ``</function>``)."""
+def coder_tool(definition: Mapping[str, Any], *, listed: bool = False) -> str:
+    """One tool as Qwen3-Coder's template describes it (``<function>`` … ``</function>``);
+    ``listed``: as Nemotron 3's does, which adds a parameter's ``<enum>`` and the
+    ``<required>`` list, as JSON."""
     fn = definition["function"] if "function" in definition else definition
     out = [f"\n<function>\n<name>{fn.get('name')}</name>"]
     if "description" in fn:
@@ -354,17 +346,29 @@ def coder_tool(definition: Mapping[str, Any]) -> str:
     props = params.get("properties") if isinstance(params, Mapping) else None
     for name, field in props.items() if isinstance(props, Mapping) else ():
         out.append(f"\n<parameter>\n<name>{name}</name>")
-        if isinstance(field, Mapping) and "type" in field:
-            out.append(f"\n<type>{field['type']}</type>")
-        if isinstance(field, Mapping) and "description" in field:
-            out.append(f"\n<description>{str(field['description']).strip()}</description>")
-        out.append(_extra_keys(field, ("name", "type", "description")))
+        if isinstance(field, Mapping):
+            if "type" in field:
+                out.append(f"\n<type>{field['type']}</type>")
+            if "description" in field:
+                out.append(f"\n<description>{str(field['description']).strip()}</description>")
+            if listed and "enum" in field:
+                out.append(f"\n<enum>{json_text(field['enum'])}</enum>")
+        out.append(_extra_keys(field, _LISTED_FIELD if listed else _FIELD))
         out.append("\n</parameter>")
-    out.append(_extra_keys(params, ("type", "properties")))
+    out.append(_extra_keys(params, _LISTED_PARAMS if listed else _PARAMS))
+    if listed and isinstance(params, Mapping) and "required" in params:
+        out.append(f"\n<required>{json_text(params['required'])}</required>")
     out.append("\n</parameters>")
     out.append(_extra_keys(fn, ("type", "name", "description", "parameters")))
     out.append("\n</function>")
     return "".join(out)
+
+
+#: The keys of a parameter and of the parameters the templates write themselves.
+_FIELD = ("name", "type", "description")
+_LISTED_FIELD = (*_FIELD, "enum")
+_PARAMS = ("type", "properties")
+_LISTED_PARAMS = (*_PARAMS, "required")
 
 
 # ==== The call grammar ====

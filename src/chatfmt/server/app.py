@@ -39,8 +39,7 @@ def allowed_methods(request: Request) -> list[str]:
         method
         for method in _METHODS
         if any(
-            route.matches({**request.scope, "method": method})[0] == Match.FULL
-            for route in routes
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes
         )
     ]
 

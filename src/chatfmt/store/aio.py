@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .protocol import Storage
-from .types import Chain, ExactIds, StoredResponse
+from .types import Chain, NewResponse, StoredResponse
 
 _T = TypeVar("_T")
 
@@ -49,17 +49,8 @@ class AsyncStore:
 
     # ==== Responses ====
 
-    async def put(
-        self,
-        owner: str,
-        response: dict[str, Any],
-        input_items: Sequence[dict[str, Any]],
-        messages: Sequence[dict[str, Any]],
-        exact: ExactIds | None = None,
-    ) -> None:
-        await self._run(
-            self.backend.put, owner, response, input_items, messages, exact, write=True
-        )
+    async def put(self, owner: str, new: NewResponse) -> None:
+        await self._run(self.backend.put, owner, new, write=True)
 
     async def get(self, owner: str, response_id: str) -> StoredResponse | None:
         return await self._run(self.backend.get, owner, response_id)

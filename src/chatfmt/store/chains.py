@@ -9,11 +9,10 @@ return the very same ids.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from ..errors import BrokenChain
-from .types import Chain, ExactIds, pack_ids, unpack_ids
+from .types import Chain, ExactIds, NewResponse, pack_ids, unpack_ids
 
 #: The columns that keep an exchange's exact ids, in :func:`response_row`'s order.
 EXACT_COLUMNS = ("view", "ids_base", "ids", "reply", "stop")
@@ -23,24 +22,18 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def response_row(
-    owner: str,
-    response: dict[str, Any],
-    input_items: Sequence[dict[str, Any]],
-    messages: Sequence[dict[str, Any]],
-    exact: ExactIds | None,
-    now: float,
-) -> dict[str, Any]:
+def response_row(owner: str, new: NewResponse, now: float) -> dict[str, Any]:
     """A response's row by column: its JSON values as text, and the exact ids (packed) in
     :data:`EXACT_COLUMNS`, all ``None`` when they were not kept."""
+    response, exact = new.response, new.exact
     row = {
         "id": response["id"],
         "owner": owner,
         "previous_id": response.get("previous_response_id"),
         "created_at": now,
         "response": _json(response),
-        "input_items": _json(list(input_items)),
-        "messages": _json(list(messages)),
+        "input_items": _json(list(new.input_items)),
+        "messages": _json(list(new.messages)),
     }
     kept = (None,) * len(EXACT_COLUMNS) if exact is None else exact_values(exact)
     return {**row, **dict(zip(EXACT_COLUMNS, kept, strict=True))}

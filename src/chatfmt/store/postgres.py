@@ -39,7 +39,7 @@ A store's URL may hold a password: it is shown only through :func:`~.location.re
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -60,7 +60,7 @@ from .pg_schema import (
     read_version,
 )
 from .policy import PRUNE_EVERY, Limits
-from .types import Chain, ExactIds, StoredExchange, StoredRef, StoredResponse
+from .types import Chain, NewResponse, StoredExchange, StoredRef, StoredResponse
 
 if TYPE_CHECKING:
     from .pg_schema import Conn
@@ -275,26 +275,19 @@ class PostgresStore:
 
     # ==== Responses ====
 
-    def put(
-        self,
-        owner: str,
-        response: dict[str, Any],
-        input_items: Sequence[dict[str, Any]],
-        messages: Sequence[dict[str, Any]],
-        exact: ExactIds | None = None,
-    ) -> None:
+    def put(self, owner: str, new: NewResponse) -> None:
         """Keep a response (see :meth:`.sqlite.ResponseStore.put`): nothing is kept on
         :class:`~chatfmt.errors.BrokenChain` or :class:`~chatfmt.errors.StoreFull`."""
         now = time.time()
         self._age(now)
-        previous = response.get("previous_response_id")
+        previous = new.response.get("previous_response_id")
 
         def write(conn: Conn, alone: bool) -> None:
             if previous is not None:
                 pg_rows.check_continues(conn, owner, previous)
-            row = response_row(owner, response, input_items, messages, exact, now)
+            row = response_row(owner, new, now)
             pg_rows.insert(conn, row)
-            self._fit(conn, alone, writer=owner, keep=response["id"])
+            self._fit(conn, alone, writer=owner, keep=new.response["id"])
 
         self._write(write, owner=owner)
 

@@ -16,26 +16,18 @@ is gone (on reading its chain, and on keeping a response that continues it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .listing import ExportQuery
-from .types import Chain, ExactIds, StoredExchange, StoredRef, StoredResponse
+from .types import Chain, NewResponse, StoredExchange, StoredRef, StoredResponse
 
 
 class ResponseStorage(Protocol):
     """Stored Responses API responses, each the continuation of its ``previous_response_id``."""
 
-    def put(
-        self,
-        owner: str,
-        response: dict[str, Any],
-        input_items: Sequence[dict[str, Any]],
-        messages: Sequence[dict[str, Any]],
-        exact: ExactIds | None = None,
-    ) -> None:
-        """Keep a response, its input items, the chat messages it added and, when known, the
-        exact ids of its exchange; :class:`~chatfmt.errors.BrokenChain` (nothing kept) when
+    def put(self, owner: str, new: NewResponse) -> None:
+        """Keep a response with its input items, the chat messages it added and, when known,
+        the exact ids of its exchange; :class:`~chatfmt.errors.BrokenChain` (nothing kept) when
         the response it continues, or one before that, is gone."""
         ...
 

@@ -12,7 +12,6 @@ This class only puts the pieces together: the connection, schema and transaction
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from .chains import response_row
 from .connection import Database
 from .listing import ExportQuery
 from .policy import Limits
-from .types import Chain, ExactIds, StoredExchange, StoredRef, StoredResponse
+from .types import Chain, NewResponse, StoredExchange, StoredRef, StoredResponse
 
 
 class ResponseStore:
@@ -59,27 +58,20 @@ class ResponseStore:
 
     # ==== Responses ====
 
-    def put(
-        self,
-        owner: str,
-        response: dict[str, Any],
-        input_items: Sequence[dict[str, Any]],
-        messages: Sequence[dict[str, Any]],
-        exact: ExactIds | None = None,
-    ) -> None:
+    def put(self, owner: str, new: NewResponse) -> None:
         """Keep a response, its input items, the chat messages it added and, when known, the
         exact ids of its exchange; :class:`~chatfmt.errors.BrokenChain` when the conversation
         it continues lost a response meanwhile, :class:`~chatfmt.errors.StoreFull` (see
         :mod:`.policy`): either way nothing is kept."""
         now = time.time()
-        previous = response.get("previous_response_id")
+        previous = new.response.get("previous_response_id")
         with self._database.transaction() as db:
             self._limits.apply_age(db, now)
             if previous is not None:
                 responses.check_continues(db, owner, previous)
-            row = response_row(owner, response, input_items, messages, exact, now)
+            row = response_row(owner, new, now)
             responses.insert(db, row)
-            self._limits.fit_size(db, writer=owner, keep=response["id"])
+            self._limits.fit_size(db, writer=owner, keep=new.response["id"])
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
         """The owner's response ``response_id`` (``None``: none, or another owner's)."""

@@ -44,6 +44,17 @@ class ExactIds:
 
 
 @dataclass(frozen=True, slots=True)
+class NewResponse:
+    """A Responses API response to keep: the response object, its input items, the chat
+    messages it added to the conversation and, when known, the exact ids of its exchange."""
+
+    response: dict[str, Any]
+    input_items: Sequence[dict[str, Any]] = ()
+    messages: Sequence[dict[str, Any]] = ()
+    exact: ExactIds | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Chain:
     """A stored conversation up to one response: its chat messages, and the exact ids of the
     whole exchange so far with the view of its last prompt (``None``: not kept)."""

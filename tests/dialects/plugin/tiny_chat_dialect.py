@@ -10,7 +10,7 @@ from chatfmt.dialects.base import EndRule
 from chatfmt.dialects.fingerprint import Fingerprint
 from chatfmt.dialects.parsers.plain import PlainParser
 from chatfmt.messages import Conversation
-from chatfmt.segments import Block, BlockBuilder
+from chatfmt.segments import BlockBuilder
 
 
 class Tiny(Dialect):
@@ -30,18 +30,15 @@ class Tiny(Dialect):
     def validate(self, conversation: Conversation, *, strict: bool = True) -> None:
         return None
 
-    def render_blocks(
-        self, conversation: Conversation, *, add_generation_prompt: bool = True
-    ) -> list[Block]:
-        b = BlockBuilder()
-        blocks = []
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
         for i, m in enumerate(conversation.messages):
             b.text(f"<<{m.role}>> {m.content or ''}\n")
-            blocks.append(b.block((i,)))
+            b.block((i,))
         if add_generation_prompt:
             b.text("<<assistant>> ")
-            blocks.append(b.block())
-        return blocks
+            b.block()
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> PlainParser:
         return PlainParser(id_factory=id_factory)

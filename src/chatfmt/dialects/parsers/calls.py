@@ -155,9 +155,7 @@ class CallStream:
         self.open = None
         arguments = "".join(call.arguments)
         if not call.complete:
-            self.incomplete.append(
-                IncompleteCall(call.index, call.id, call.name, arguments, raw)
-            )
+            self.incomplete.append(IncompleteCall(call.index, call.id, call.name, arguments, raw))
             return
         kept_raw = raw if self._raw_in_calls else None
         # end() checked these arguments: this cannot fail short of a deeper stack here.

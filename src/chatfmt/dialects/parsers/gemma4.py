@@ -273,7 +273,6 @@ class Gemma4CallParser(TurnOutput, StreamParser):
         self._content: list[str] = []
         self._calls = CallStream(self._new_id, self._emit, self._warnings, raw_in_calls=False)
 
-
     # ==== Public interface ====
 
     def on_text(self, text: str) -> list[Event]:
@@ -298,9 +297,7 @@ class Gemma4CallParser(TurnOutput, StreamParser):
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         return self._drain()
 
-
     # ==== Modes ====
-
 
     def _step(self, text: str) -> str:
         buf = self._hold + text

@@ -120,7 +120,6 @@ class XMLSyntaxParser(TurnOutput, StreamParser):
         )
         self._names, self._keys = self._tags.name, self._tags.key
 
-
     # ==== Public interface ====
 
     def on_text(self, text: str) -> list[Event]:
@@ -153,9 +152,7 @@ class XMLSyntaxParser(TurnOutput, StreamParser):
         self._events.append(Finish(finish_reason_for(bool(self._calls.complete), reason)))
         return self._drain()
 
-
     # ==== Text ====
-
 
     def _text(self, text: str) -> None:
         """Visible text; its trailing whitespace is held until text follows (before a block,

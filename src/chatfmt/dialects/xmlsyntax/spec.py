@@ -35,7 +35,6 @@ from ..parsers.values import json_text, render_value
 _TAG = re.compile(r"<[^<]*|[^<]+")
 
 
-
 @dataclass(frozen=True)
 class NameRule:
     """What a tool's or an argument's name may be, besides its length (:data:`MAX_NAME`).

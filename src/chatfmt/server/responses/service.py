@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from ...driver import TurnDriver
-from ...store import AsyncStore, BrokenChain, Chain, ExactIds, StoreFull
+from ...store import AsyncStore, BrokenChain, Chain, ExactIds, NewResponse, StoreFull
 from ..chat.continuation import Continuation
 from ..chat.service import ChatService, Prepared
 from ..http.errors import ApiError, validation_error
@@ -207,9 +207,8 @@ class ResponsesService:
         reply = _reply(response)
         exact = _exact(ex.prep, generated, reply, self.chat.stop_ids)
         try:
-            await self.store.put(
-                ex.owner, response.as_json(), _stored_items(ex.items), [*ex.new, reply], exact
-            )
+            kept = NewResponse(response.as_json(), _stored_items(ex.items), [*ex.new, reply], exact)
+            await self.store.put(ex.owner, kept)
         except (StoreFull, BrokenChain) as exc:
             # Not kept, and the body says so (store: false): the limit, or the conversation
             # it continues lost a response while it was generated (it could not be continued).
