@@ -393,6 +393,14 @@ class Dialect(ABC):
         return f"<{type(self).__name__} {self.name!r}>"
 
 
+def results_end(msgs: Sequence[Message], i: int) -> int:
+    """The index after the run of tool results that starts at ``i``."""
+    j = i
+    while j < len(msgs) and msgs[j].role in ("tool", "observation"):
+        j += 1
+    return j
+
+
 def single_message_result(
     content: list[str],
     calls: list[ToolCall],

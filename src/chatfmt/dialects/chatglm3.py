@@ -23,19 +23,17 @@ from ..messages import INTERPRETER, Conversation, Message, Tool, ToolCall
 from ..pycall import format_tool_call, parse_tool_call
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
-from .base import EndRule
-from .fingerprint import Fingerprint
+from .base import EndRule, results_end
 from .glm import (
     ASSISTANT,
-    GLM_MARKUP,
-    LATER_GLM_MARKUP,
+    NEXT_ROLES,
     OBSERVATION,
     ROLE_CONTROL,
     ROLE_TOKENS,
     SYSTEM,
     USER,
     GLMDialect,
-    check_call_name,
+    early_glm,
     fenced_code,
 )
 
@@ -81,15 +79,11 @@ class ChatGLM3(GLMDialect):
     #: The model ends a reply by writing the next role token, or ``</s>`` after the last one
     #: (what the official fine-tuning code trains): no end is in the history.
     end_rule = EndRule(closing="</s>")
-    fingerprint = Fingerprint(
-        "ChatGLM3 ([gMASK]sop, role tokens, tool_call(…) segments)",
-        requires=("[gMASK]sop",),
-        tokens=GLM_MARKUP,
-        excludes=LATER_GLM_MARKUP,
-        precedence=10,
+    fingerprint = early_glm(
+        "ChatGLM3 ([gMASK]sop, role tokens, tool_call(…) segments)", "[gMASK]sop", 10
     )
     controls = ("[MASK]", "[gMASK]", "[sMASK]", "sop", "eop", *ROLE_TOKENS)
-    stop_controls = (USER, OBSERVATION, "</s>")
+    stop_controls = (*NEXT_ROLES, "</s>")
     #: In text output only role tokens are split out: ``sop``, ``eop`` and the mask tokens are
     #: never generated, and as text they are ordinary words (``isopropyl`` contains ``sop``).
     text_controls = ROLE_TOKENS
@@ -145,9 +139,7 @@ class ChatGLM3(GLMDialect):
         while i < len(msgs):
             m = msgs[i]
             if m.role == "assistant" and m.tool_calls and len(m.tool_calls) > 1:
-                j = i + 1
-                while j < len(msgs) and msgs[j].role in ("tool", "observation"):
-                    j += 1
+                j = results_end(msgs, i + 1)
                 parts.extend(_interleave(msgs, i, range(i + 1, j)))
                 i = j
                 continue
@@ -233,7 +225,7 @@ def _interleave(
 
 
 def _check_call(call: ToolCall, index: int) -> None:
-    check_call_name(call, index)
+    GLMDialect.check_call_name(call, index)
     if call.raw is not None:
         return
     try:

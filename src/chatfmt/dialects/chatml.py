@@ -22,7 +22,7 @@ from ..markup import TOOL_RESPONSE, TOOL_RESPONSE_END, escape_lone_surrogates
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import JSON_CALL_NAMES, MessageRule, NeedsContent, NoMetadata
-from .base import Dialect, StreamParser
+from .base import Dialect, StreamParser, results_end
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, Fingerprint
 from .parsers.hermes import HermesParser
 
@@ -74,14 +74,6 @@ def hermes_call_prefix(name: str | None) -> tuple[Segment, ...]:
         return (Control(TOOL_CALL, False), Text("\n"))
     opening = '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
     return (Control(TOOL_CALL, False), Text(opening))
-
-
-def results_end(msgs: Sequence[Message], i: int) -> int:
-    """The index after the run of tool results that starts at ``i``."""
-    j = i
-    while j < len(msgs) and msgs[j].role in ("tool", "observation"):
-        j += 1
-    return j
 
 
 def render_tool_responses(
@@ -256,12 +248,11 @@ class Qwen25(ChatML):
 
     def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
         # Consecutive results share one user turn, one <tool_response> block each.
-        j = i
+        j = results_end(msgs, i)
         b.control(IM_START)
         b.text("user")
-        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
-            b.text("\n<tool_response>\n" + msgs[j].text + "\n</tool_response>")
-            j += 1
+        for m in msgs[i:j]:
+            b.text("\n<tool_response>\n" + m.text + "\n</tool_response>")
         b.control(IM_END)
         b.text("\n")
         b.block(range(i, j))

@@ -259,9 +259,7 @@ class DeepSeekV31(DeepSeekBase):
             id_factory=id_factory, stop_controls=self.stop_controls, fenced=self.fenced
         )
 
-    def _calls_grammar(
-        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
-    ) -> Grammar:
+    def _calls_grammar(self, tools: Sequence[ToolLike], *, required: bool, single: bool) -> Grammar:
         """``<｜tool▁calls▁begin｜>``, one call or more of a declared tool,
         ``<｜tool▁calls▁end｜>``; when lazy, switched on by ``<｜tool▁calls▁begin｜>``."""
         return special_call_grammar(tools, fenced=self.fenced, required=required, single=single)

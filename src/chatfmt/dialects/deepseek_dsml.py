@@ -113,6 +113,12 @@ class DeepSeekV32(DeepSeekBase):
     def _builder(self) -> BlockBuilder:
         return BlockBuilder(inline_controls=self._inline())
 
+    def _open(self, b: BlockBuilder, conversation: Conversation) -> None:
+        """The first block: ``<｜begin▁of▁sentence｜>`` and the system prompt, tools included."""
+        b.control(BOS)
+        self._system(b, conversation)
+        b.block([i for i, m in enumerate(conversation.messages) if m.role == "system"])
+
     def _system(self, b: BlockBuilder, conversation: Conversation) -> None:
         system = system_prompt_of(conversation.messages)
         b.text(system)
@@ -161,9 +167,7 @@ class DeepSeekV32(DeepSeekBase):
         self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
     ) -> None:
         msgs = conversation.messages
-        b.control(BOS)
-        self._system(b, conversation)
-        b.block([i for i, m in enumerate(msgs) if m.role == "system"])
+        self._open(b, conversation)
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
         pending = ""  # what the next reply opens with: "user" (a new turn), "results", ""
         n = len(msgs)
@@ -218,9 +222,7 @@ class DeepSeekV32(DeepSeekBase):
             id_factory=id_factory, stop_controls=self.stop_controls, block=self.block_name
         )
 
-    def _calls_grammar(
-        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
-    ) -> Grammar:
+    def _calls_grammar(self, tools: Sequence[ToolLike], *, required: bool, single: bool) -> Grammar:
         """A DSML block of one invoke or more of declared tools, each parameter one of the
         tool's properties with a value of its type; when lazy, switched on by the block's
         opening tag."""
@@ -250,9 +252,7 @@ class DeepSeekV4(DeepSeekV32):
         self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
     ) -> None:
         msgs = conversation.messages
-        b.control(BOS)
-        self._system(b, conversation)
-        b.block([i for i, m in enumerate(msgs) if m.role == "system"])
+        self._open(b, conversation)
         last_input = max(
             (i for i, m in enumerate(msgs) if m.role == "user" or is_result(m)), default=-1
         )

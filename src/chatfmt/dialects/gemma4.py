@@ -29,7 +29,7 @@ from ..grammar import ToolLike
 from ..messages import Conversation, Message, ToolCall
 from ..segments import BlockBuilder, Segment
 from ..validation import MessageRule, NoMetadata
-from .base import Dialect, StreamParser
+from .base import Dialect, StreamParser, results_end
 from .fingerprint import Fingerprint
 from .gemma4_grammar import gemma4_call_grammar
 from .gemma4_tools import declaration
@@ -198,9 +198,7 @@ class Gemma4(Dialect):
             if m.role in ("tool", "observation"):
                 i += 1  # rendered with the call they answer (or, unanswered, dropped)
                 continue
-            j = i + 1
-            while j < len(msgs) and msgs[j].role in ("tool", "observation"):
-                j += 1
+            j = results_end(msgs, i + 1)
             last_kind = self._render_message(b, m, msgs[i + 1 : j], i, last_user, previous)
             previous = m.role
             b.block(range(i, j))

@@ -16,9 +16,10 @@ from ..grammar.gbnf import literal
 from ..messages import Tool, ToolCall
 from ..segments import Segment, Text
 from .base import Dialect
+from .fingerprint import Fingerprint
 from .parsers.glm import CallDecoder, SegmentParser, fenced_code
 
-__all__ = ["CallDecoder", "GLMDialect", "SegmentParser", "check_call_name", "fenced_code"]
+__all__ = ["CallDecoder", "GLMDialect", "SegmentParser", "early_glm", "fenced_code"]
 
 #: The GLM family's role tokens, and the one each chatfmt role is written with.
 SYSTEM, USER, ASSISTANT, OBSERVATION = "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"
@@ -33,13 +34,28 @@ ROLE_CONTROL = {
 }
 
 
+#: The role tokens a GLM model ends its reply with: the next turn's (a user's, or a tool's
+#: result after a call).
+NEXT_ROLES = (USER, OBSERVATION)
 #: The markup of GLM templates: the prefix and the role tokens.
 GLM_MARKUP = frozenset(
     {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"}
 )
 #: What only GLM-4.5 and later templates write (calls as ``<tool_call>`` with
-#: ``<arg_key>``/``<arg_value>``, and thinking): ChatGLM3 and GLM-4 exclude it.
+#: ``<arg_key>``/``<arg_value>``, and thinking).
 LATER_GLM_MARKUP = ("<tool_call>", "<arg_key>", "<think>")
+
+
+def early_glm(description: str, prefix: str, precedence: int) -> Fingerprint:
+    """How ChatGLM3's and GLM-4's templates are recognised: their ``prefix``, the GLM markup,
+    and none of the later templates' markup."""
+    return Fingerprint(
+        description,
+        requires=(prefix,),
+        tokens=GLM_MARKUP,
+        excludes=LATER_GLM_MARKUP,
+        precedence=precedence,
+    )
 
 
 class GLMDialect(Dialect):
@@ -109,13 +125,13 @@ class GLMDialect(Dialect):
             return ()
         return (Text(name + "\n"),)
 
-
-def check_call_name(call: ToolCall, index: int) -> None:
-    """A call's name is the header metadata: one non-empty line."""
-    if not call.name or "\n" in call.name or "\r" in call.name:
-        raise ValidationError(
-            f"tool call name {call.name!r} must be one non-empty line (it is the header "
-            "metadata); fix the tool name",
-            index=index,
-            rule="tool-call-name",
-        )
+    @staticmethod
+    def check_call_name(call: ToolCall, index: int) -> None:
+        """A call's name is the header metadata: one non-empty line."""
+        if not call.name or "\n" in call.name or "\r" in call.name:
+            raise ValidationError(
+                f"tool call name {call.name!r} must be one non-empty line (it is the header "
+                "metadata); fix the tool name",
+                index=index,
+                rule="tool-call-name",
+            )

@@ -20,19 +20,7 @@ from ..messages import Conversation, Message, ToolCall
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import check_not_empty, check_tool_calls_only_on_assistant, check_tool_pairing
 from .base import EndRule
-from .fingerprint import Fingerprint
-from .glm import (
-    ASSISTANT,
-    GLM_MARKUP,
-    LATER_GLM_MARKUP,
-    OBSERVATION,
-    ROLE_CONTROL,
-    ROLE_TOKENS,
-    SYSTEM,
-    USER,
-    GLMDialect,
-    check_call_name,
-)
+from .glm import ASSISTANT, NEXT_ROLES, ROLE_CONTROL, ROLE_TOKENS, SYSTEM, GLMDialect, early_glm
 
 ENDOFTEXT = "<|endoftext|>"
 #: The assistant identity that opens the tools turn (the published template's wording).
@@ -65,15 +53,13 @@ class GLM4(GLMDialect):
     #: The model ends a reply by writing the next role token, or end-of-text after the last
     #: one: no end is in the history, so the last trained reply is closed with it.
     end_rule = EndRule(closing="<|endoftext|>")
-    fingerprint = Fingerprint(
+    fingerprint = early_glm(
         "GLM-4 chat ([gMASK]<sop>, role tokens, calls as JSON in an <|assistant|> segment)",
-        requires=("[gMASK]<sop>",),
-        tokens=GLM_MARKUP,
-        excludes=LATER_GLM_MARKUP,
-        precedence=20,
+        "[gMASK]<sop>",
+        20,
     )
     controls = ("[gMASK]", "<sop>", *ROLE_TOKENS, ENDOFTEXT)
-    stop_controls = (USER, OBSERVATION, ENDOFTEXT)
+    stop_controls = (*NEXT_ROLES, ENDOFTEXT)
     #: ``[gMASK]`` and ``<sop>`` are never generated; as text they stay text.
     text_controls = (*ROLE_TOKENS, ENDOFTEXT)
     turns_render_independently = True
@@ -87,7 +73,7 @@ class GLM4(GLMDialect):
         check_tool_calls_only_on_assistant(conversation)
         for i, m in enumerate(conversation.messages):
             for call in m.tool_calls or ():
-                check_call_name(call, i)
+                self.check_call_name(call, i)
             if strict and not m.content and not m.tool_calls:
                 raise ValidationError(
                     f"a {m.role} message with empty content is dropped by the GLM-4 template "

@@ -31,7 +31,7 @@ from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata
 from .base import Dialect, EndRule, ReasoningMode, StreamParser
 from .fingerprint import Fingerprint
-from .glm import ASSISTANT, GLM_MARKUP, OBSERVATION, SYSTEM, USER
+from .glm import ASSISTANT, GLM_MARKUP, NEXT_ROLES, OBSERVATION, SYSTEM, USER
 from .parsers.deepseek import valid_name
 from .parsers.think import ThinkParser
 from .parsers.values import Schemas, tool_schemas
@@ -135,7 +135,7 @@ class _GLM45(Dialect):
     )
 
     controls = (GMASK, SOP, *_ROLES, ENDOFTEXT, *_TAGS, NOTHINK)
-    stop_controls = (USER, OBSERVATION, ENDOFTEXT)
+    stop_controls = (*NEXT_ROLES, ENDOFTEXT)
     inline_controls: tuple[str, ...] = _TAGS
     #: ``[gMASK]``, ``<sop>`` and ``/nothink`` are never generated: as text they stay text.
     text_controls = (*_ROLES, ENDOFTEXT, *_TAGS)

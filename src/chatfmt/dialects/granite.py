@@ -21,7 +21,7 @@ from ..grammar import Grammar, ToolLike
 from ..messages import Conversation, Message
 from ..segments import BlockBuilder, Segment
 from ..validation import JSON_CALL_NAMES, MessageRule, NoMetadata
-from .base import Dialect, StreamParser
+from .base import Dialect, StreamParser, results_end
 from .chatml import (
     TOOL_CALL,
     TOOL_CALL_END,
@@ -29,7 +29,6 @@ from .chatml import (
     hermes_call_prefix,
     render_hermes_call,
     render_tool_responses,
-    results_end,
 )
 from .fingerprint import Fingerprint
 from .parsers.hermes import HermesParser

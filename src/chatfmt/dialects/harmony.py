@@ -196,14 +196,9 @@ class Harmony(Dialect):
         c = CallRules(tools)
         between = f"({literal(CHANNEL)} | {literal(CONSTRAIN)})"
         head = c.rules.add("call-head", f'(" " | {between}) ([^<] | {between}){{0,40}} | ""')
-        calls = [
-            c.rules.add(
-                f"call-{t.name}",
-                f"{literal(_RECIPIENT + t.name)} {head} {literal(MESSAGE)} {c.arguments(t)}",
-            )
-            for t in c.tools
-        ]
-        call = c.rules.add("call", " | ".join(calls))
+        call = c.any_call(
+            lambda t: f"{literal(_RECIPIENT + t.name)} {head} {literal(MESSAGE)} {c.arguments(t)}"
+        )
         preserved = (CHANNEL, CONSTRAIN, MESSAGE)
         if required:
             return c.grammar(f'{literal(CHANNEL)} "commentary " {call}', preserved=preserved)

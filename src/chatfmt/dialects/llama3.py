@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -23,7 +24,7 @@ from ..events import Event, Finish
 from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import WS_PATTERN
 from ..jsonscan import WS
-from ..messages import Conversation, Message, ToolCall
+from ..messages import Conversation, Message, Tool, ToolCall
 from ..pycall import parse_tool_call
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import MessageRule, NoMetadata
@@ -65,14 +66,22 @@ def _date(day: datetime.date) -> str:
 _JSON_CALL_START = rf'\s*(\{{{WS_PATTERN}"(?:type|name)"{WS_PATTERN}:)[\s\S]*'
 
 
+def builtin_call_text(name: str, args: dict[str, Any]) -> str | None:
+    """A call of a built-in tool as Meta's encoders write it (``None``: not a built-in)."""
+    if name in QUERY_TOOLS:
+        return f'{name}.call(query="{args["query"]}")'
+    if name == CODE_INTERPRETER:
+        code: str = args["code"]
+        return code
+    return None
+
+
 def _call_text(call: ToolCall) -> str:
     """One call as the reference encoder writes it."""
     args = call.arguments_dict()
-    if call.name in QUERY_TOOLS:
-        return f'{call.name}.call(query="{args["query"]}")'
-    if call.name == CODE_INTERPRETER:
-        code: str = args["code"]
-        return code
+    builtin = builtin_call_text(call.name, args)
+    if builtin is not None:
+        return builtin
     return json.dumps({"type": "function", "name": call.name, "parameters": args})
 
 
@@ -107,7 +116,42 @@ _MARKUP = frozenset(
 )
 
 
-class Llama3(Dialect):
+class LlamaLayout(Dialect):
+    """The frame of Llama 3's and Llama 4's prompts: ``<|begin_of_text|>``, with tools their
+    turns (which take a leading system message in), one block per message, and the
+    assistant's header as the generation prompt."""
+
+    #: The generation prompt: the assistant's header.
+    assistant_header: tuple[Segment, ...] = ()
+
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
+        msgs = conversation.messages
+        b.add(Block((Control(BEGIN_OF_TEXT),)))
+        start = 0
+        if conversation.tools:
+            system = msgs[0].text if msgs and msgs[0].role == "system" else None
+            start = 0 if system is None else 1
+            self._write_tools(b, conversation.tools, system, start)
+        for i in range(start, len(msgs)):
+            b.add(Block(self._message(msgs[i]), (i,)))
+        if add_generation_prompt:
+            b.add(Block(self.assistant_header))
+
+    @abstractmethod
+    def _write_tools(
+        self, b: BlockBuilder, tools: Sequence[Tool], system: str | None, start: int
+    ) -> None:
+        """The turns that list ``tools``, holding the leading ``system`` text when there is
+        one (it renders the messages before ``start``)."""
+
+    @abstractmethod
+    def _message(self, m: Message) -> tuple[Segment, ...]:
+        """One message's turn."""
+
+
+class Llama3(LlamaLayout):
     """Llama 3.1 to 3.3 instruct. ``today`` fills the ``Today Date`` line of the tool prompt
     (default: the date when rendering, as the reference does)."""
 
@@ -156,32 +200,21 @@ class Llama3(Dialect):
 
     # ==== Rendering ====
 
-    def write(
-        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    assistant_header = _header("assistant")
+
+    def _write_tools(
+        self, b: BlockBuilder, tools: Sequence[Tool], system: str | None, start: int
     ) -> None:
-        msgs = conversation.messages
-        b.add(Block((Control(BEGIN_OF_TEXT),)))
-        start = 0
-        if conversation.tools:
-            system = msgs[0].text if msgs and msgs[0].role == "system" else None
-            start = 0 if system is None else 1
-            text = _ENVIRONMENT.format(self._today())
-            if system is not None:
-                text += "\n" + system + "\n"
-            listing = "".join(
-                json.dumps(
-                    {"type": "function", "function": t.function}, indent=4, ensure_ascii=False
-                )
-                + "\n"
-                for t in conversation.tools
-            )
-            b.add(Block((*_header("system"), Text(text), Control(EOT)), tuple(range(start))))
-            tools = _TOOLS_HEAD + listing + _TOOLS_TAIL
-            b.add(Block((*_header("user"), Text(tools), Control(EOT))))
-        for i in range(start, len(msgs)):
-            b.add(Block(self._message(msgs[i]), (i,)))
-        if add_generation_prompt:
-            b.add(Block(_header("assistant")))
+        text = _ENVIRONMENT.format(self._today())
+        if system is not None:
+            text += "\n" + system + "\n"
+        listing = "".join(
+            json.dumps({"type": "function", "function": t.function}, indent=4, ensure_ascii=False)
+            + "\n"
+            for t in tools
+        )
+        b.add(Block((*_header("system"), Text(text), Control(EOT)), tuple(range(start))))
+        b.add(Block((*_header("user"), Text(_TOOLS_HEAD + listing + _TOOLS_TAIL), Control(EOT))))
 
     def _today(self) -> str:
         today = self.today if self.today is not None else datetime.date.today()

@@ -20,13 +20,12 @@ from typing import Any
 from ..errors import ValidationError
 from ..grammar import CallRules, Grammar, ToolLike, Trigger
 from ..grammar.gbnf import literal
-from ..messages import Conversation, Message, ToolCall
+from ..messages import Conversation, Message, Tool, ToolCall
 from ..pycall import format_value, is_argument_name
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import MessageRule, NoMetadata
-from .base import Dialect
 from .fingerprint import Fingerprint
-from .llama3 import CODE_INTERPRETER, QUERY_TOOLS, builtin_problem
+from .llama3 import CODE_INTERPRETER, QUERY_TOOLS, LlamaLayout, builtin_call_text, builtin_problem
 from .parsers.pythonic import PythonicCallsParser
 
 BEGIN_OF_TEXT = "<|begin_of_text|>"
@@ -140,11 +139,9 @@ def call_text(call: ToolCall) -> str:
     if call.raw is not None:
         return f"[{call.raw}]"
     args = call.arguments_dict()
-    if call.name in QUERY_TOOLS:
-        return f'{call.name}.call(query="{args["query"]}")'
-    if call.name == CODE_INTERPRETER:
-        code: str = args["code"]
-        return code
+    builtin = builtin_call_text(call.name, args)
+    if builtin is not None:
+        return builtin
     kwargs = ", ".join(f"{k}={python_value(v)}" for k, v in args.items())
     return f"[{call.name}({kwargs})]"
 
@@ -153,7 +150,7 @@ def _header(role: str) -> tuple[Segment, ...]:
     return (Control(HEADER_START), Text(role), Control(HEADER_END), Text("\n\n"))
 
 
-class Llama4(Dialect):
+class Llama4(LlamaLayout):
     """Llama 4 instruct: Meta's encoder with ``python_list`` calls."""
 
     name = "llama4"
@@ -218,26 +215,16 @@ class Llama4(Dialect):
 
     # ==== Rendering ====
 
-    def write(
-        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    assistant_header = _header("assistant")
+
+    def _write_tools(
+        self, b: BlockBuilder, tools: Sequence[Tool], system: str | None, start: int
     ) -> None:
-        msgs = conversation.messages
-        b.add(Block((Control(BEGIN_OF_TEXT),)))
-        start = 0
-        if conversation.tools:
-            system = msgs[0].text if msgs and msgs[0].role == "system" else None
-            start = 0 if system is None else 1
-            listing = json.dumps(
-                [t.function for t in conversation.tools], indent=4, ensure_ascii=False
-            )
-            text = TOOLS_HEAD + listing + TOOLS_TAIL
-            if system is not None:
-                text = system + "\n\n" + text
-            b.add(Block((*_header("system"), Text(text), Control(EOT)), tuple(range(start))))
-        for i in range(start, len(msgs)):
-            b.add(Block(self._message(msgs[i]), (i,)))
-        if add_generation_prompt:
-            b.add(Block(_header("assistant")))
+        listing = json.dumps([t.function for t in tools], indent=4, ensure_ascii=False)
+        text = TOOLS_HEAD + listing + TOOLS_TAIL
+        if system is not None:
+            text = system + "\n\n" + text
+        b.add(Block((*_header("system"), Text(text), Control(EOT)), tuple(range(start))))
 
     def _message(self, m: Message) -> tuple[Segment, ...]:
         segments = list(_header(_ROLES[m.role]))
@@ -258,11 +245,7 @@ class Llama4(Dialect):
         """A list of calls of declared tools with literal keyword arguments (or one call);
         when lazy, switched on by a reply that starts as a call list."""
         c = CallRules(tools)
-        calls = [
-            c.rules.add(f"call-{t.name}", f'{literal(t.name + "(")} {c.keyword_arguments(t)} ")"')
-            for t in c.tools
-        ]
-        call = c.rules.add("call", " | ".join(calls))
+        call = c.any_call(lambda t: f'{literal(t.name + "(")} {c.keyword_arguments(t)} ")"')
         items = c.many(call, single=single, sep='","')
         listed = f'"[" {c.ws} {items} {c.ws} "]"'
         root = c.rules.add("calls", listed if single else f"{listed} ({c.ws} {listed})*")

@@ -24,7 +24,7 @@ from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message
 from ..segments import BlockBuilder, Segment
 from ..validation import CallNames, MessageRule, NoMetadata, SystemOnlyFirst
-from .base import Dialect, StreamParser
+from .base import Dialect, StreamParser, results_end
 from .fingerprint import Fingerprint
 from .parsers.think import ThinkParser
 from .parsers.values import Schemas, tool_schemas
@@ -176,12 +176,11 @@ class MiniMaxM2(Dialect):
 
     def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
         # Consecutive results share one tool turn, one <response> each.
-        j = i
+        j = results_end(msgs, i)
         b.control(ROLE)
         b.text("tool")
-        while j < len(msgs) and msgs[j].role in ("tool", "observation"):
-            b.text("\n<response>" + msgs[j].text + "</response>")
-            j += 1
+        for m in msgs[i:j]:
+            b.text("\n<response>" + m.text + "</response>")
         self._end(b)
         b.block(range(i, j))
         return j

@@ -79,14 +79,11 @@ class MistralV11(MistralV7):
         ``[ARGS]`` + the arguments, once or more; when lazy, switched on by ``[TOOL_CALLS]``."""
         c = CallRules(tools)
         call_id = c.rules.add("call-id", f"({literal(CALL_ID)} [a-zA-Z0-9]{{9}})?")
-        calls = [
-            c.rules.add(
-                f"call-{t.name}",
-                f"{literal(CALLS)} {literal(t.name)} {call_id} {literal(ARGS)} {c.arguments(t)}",
+        call = c.any_call(
+            lambda t: (
+                f"{literal(CALLS)} {literal(t.name)} {call_id} {literal(ARGS)} {c.arguments(t)}"
             )
-            for t in c.tools
-        ]
-        call = c.rules.add("call", " | ".join(calls))
+        )
         body = c.many(call, single=single)
         triggers = () if required else (Trigger("word", CALLS),)
         return c.grammar(body, triggers=triggers, preserved=(CALLS, CALL_ID, ARGS))

@@ -19,7 +19,7 @@ from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
 from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import JSON_CALL_NAMES, MessageRule, NeedsContent, NoMetadata
-from .base import ReasoningMode, StreamParser
+from .base import ReasoningMode, StreamParser, results_end
 from .chatml import (
     HERMES_TOOLS_TAIL,
     IM_END,
@@ -30,7 +30,6 @@ from .chatml import (
     ChatML,
     render_hermes_call,
     render_tool_responses,
-    results_end,
 )
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
 from .parsers.hermes import HermesParser

@@ -36,7 +36,7 @@ from ..validation import (
     SystemOnlyFirst,
     check_messages,
 )
-from .base import StreamParser
+from .base import StreamParser, results_end
 from .chatml import (
     ENDOFTEXT,
     IM_END,
@@ -44,7 +44,6 @@ from .chatml import (
     TOOL_CALL,
     TOOL_CALL_END,
     render_tool_responses,
-    results_end,
 )
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, THINK_MARKUP, Fingerprint
 from .parsers.values import Schemas, json_text, tool_schemas

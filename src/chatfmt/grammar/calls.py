@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import SchemaError
@@ -145,6 +145,12 @@ class CallRules:
         root = node("")
         assert root is not None  # the empty prefix is never a tool name
         return f'"\\"" {root}'
+
+    def any_call(self, body: Callable[[Tool], str]) -> str:
+        """The rule ``call``: a call of any declared tool, each tool's written as ``body(tool)``
+        (in a rule ``call-NAME`` of its own)."""
+        alts = [self.rules.add(f"call-{t.name}", body(t)) for t in self.tools]
+        return self.rules.add("call", " | ".join(alts))
 
     def many(self, item: str, *, single: bool, sep: str = "") -> str:
         """``item`` once (``single``) or one or more times, ``sep`` (and whitespace) between."""

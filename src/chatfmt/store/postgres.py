@@ -173,14 +173,6 @@ class PostgresStore:
             open=True,
         )
 
-    @property
-    def max_age_days(self) -> float | None:
-        return self._limits.max_age_days
-
-    @property
-    def max_mb(self) -> float | None:
-        return self._limits.max_mb
-
     # ==== Transactions ====
 
     def _scrub(self, exc: BaseException) -> str:
@@ -396,8 +388,8 @@ class PostgresStore:
         return {
             "url": self.url,
             **self._read(describe),
-            "max_age_days": self.max_age_days,
-            "max_mb": self.max_mb,
+            "max_age_days": self._limits.max_age_days,
+            "max_mb": self._limits.max_mb,
         }
 
     def count(self) -> int:

@@ -48,14 +48,6 @@ class ResponseStore:
     def path(self) -> str:
         return self._database.path
 
-    @property
-    def max_age_days(self) -> float | None:
-        return self._limits.max_age_days
-
-    @property
-    def max_mb(self) -> float | None:
-        return self._limits.max_mb
-
     # ==== Responses ====
 
     def put(self, owner: str, new: NewResponse) -> None:
@@ -155,8 +147,8 @@ class ResponseStore:
             "path": self.path,
             **held,
             "disk_bytes": self._database.disk_bytes(),
-            "max_age_days": self.max_age_days,
-            "max_mb": self.max_mb,
+            "max_age_days": self._limits.max_age_days,
+            "max_mb": self._limits.max_mb,
         }
 
     def count(self) -> int:

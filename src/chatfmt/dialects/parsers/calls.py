@@ -168,6 +168,24 @@ class CallStream:
         self.complete.append(tc)
 
 
+def feed_arguments(
+    scan: CallScanner, calls: CallStream, text: str, fed: int
+) -> tuple[Literal["more", "done", "error"], int]:
+    """Read ``text`` of the open call's JSON arguments (``fed`` characters of them came
+    before) and stream what is safe. Returns how it stands and how much of ``text`` is the
+    call's: ``"done"`` (the scanner reads on past the object: what it read there is after the
+    call), ``"error"`` (up to the character that broke it) or ``"more"`` (all of it)."""
+    n = scan.feed(text)
+    calls.flush(scan)
+    if scan.args_state == "done":
+        call = calls.open
+        assert call is not None
+        return "done", sum(map(len, call.arguments)) - fed
+    if scan.error is not None:
+        return "error", n
+    return "more", len(text)
+
+
 def _invalid_arguments(name: str, arguments: str) -> str | None:
     """Why ``arguments`` cannot be a runnable call's (``None``: they can)."""
     try:

@@ -23,8 +23,9 @@ from ...grammar import Grammar, ToolLike, Trigger
 from ...grammar.calls import CallRules
 from ...grammar.gbnf import literal
 from ...jsonscan import WS, CallScanner
+from ...messages import Tool
 from ..base import StreamParser, finish_reason_for
-from .calls import MAX_NAME, CallStream, cut_problem
+from .calls import MAX_NAME, CallStream, cut_problem, feed_arguments
 from .turn import TurnOutput
 
 BOS = "<｜begin▁of▁sentence｜>"
@@ -249,27 +250,19 @@ class SpecialCallsParser(TurnOutput, StreamParser):
     def _on_args(self, text: str) -> None:
         scan = self._scan
         assert scan is not None
-        n = scan.feed(text)
         fed, self._fed = self._fed, self._fed + len(text)
-        self._calls.flush(scan)
-        call = self._calls.open
-        assert call is not None
-        if scan.args_state == "done":
-            # The scanner read on past the object; what it read there is after the call.
-            used = sum(map(len, call.arguments)) - fed
-            self._raw.append(text[:used])
+        state, used = feed_arguments(scan, self._calls, text, fed)
+        self._raw.append(text[:used])
+        if state == "done":
             self._calls.end()
             self._record()
             self._in_block += 1
             self._mode = _TAIL
             self._between(text[used:])
-        elif scan.error is not None:
-            self._raw.append(text[:n])
+        elif state == "error":
             self._break(f"has malformed JSON ({scan.error})")
             self._warnings.append("the output after the malformed call was ignored")
             self._mode, self._noted_skip = _SKIP, True
-        else:
-            self._raw.append(text)
 
     # ==== Output ====
 
@@ -311,16 +304,17 @@ def special_call_grammar(
     """R1's or V3.1's calls of ``tools``: lazy from ``<｜tool▁calls▁begin｜>`` unless
     ``required``."""
     c = CallRules(tools)
-    alts = []
-    for t in c.tools:
+
+    def one(t: Tool) -> str:
         if fenced:
             head = f'{literal(CALL_BEGIN)} "function" {literal(SEP)} {literal(t.name + chr(10))}'
             body = f"{literal(FENCE_OPEN)} {c.arguments(t)} {literal(FENCE_CLOSE)}"
         else:
             head = f"{literal(CALL_BEGIN)} {literal(t.name)} {literal(SEP)}"
             body = c.arguments(t)
-        alts.append(c.rules.add(f"call-{t.name}", f"{head} {body} {literal(CALL_END)}"))
-    call = c.rules.add("call", " | ".join(alts))
+        return f"{head} {body} {literal(CALL_END)}"
+
+    call = c.any_call(one)
     sep = '"\\n"' if fenced else ""
     many = call if single else f"{call} ({sep} {call})*"
     body = f"{literal(CALLS_BEGIN)} {many} {literal(CALLS_END)}"

@@ -31,7 +31,7 @@ from ...jsonscan import WS
 from ...markup import held_suffix
 from ..base import StreamParser, finish_reason_for
 from .calls import MAX_NAME, CallStream, cut_problem
-from .turn import TurnOutput
+from .turn import StepOutput
 from .values import Schemas, json_text, schema_types
 
 QUOTE = '<|"|>'
@@ -243,7 +243,7 @@ class _Reader:
 # ==== The parser ====
 
 
-class Gemma4CallParser(TurnOutput, StreamParser):
+class Gemma4CallParser(StepOutput, StreamParser):
     """Incremental parser of one Gemma 4 answer: text and ``<|tool_call>`` calls.
 
     ``schemas`` (tool name → its parameters' ``properties``) types bare values. The call tags
@@ -274,12 +274,6 @@ class Gemma4CallParser(TurnOutput, StreamParser):
         self._calls = CallStream(self._new_id, self._emit, self._warnings, raw_in_calls=False)
 
     # ==== Public interface ====
-
-    def on_text(self, text: str) -> list[Event]:
-        while text:
-            text = self._step(text)
-        out, self._events = self._events, []
-        return out
 
     def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
         hold, self._hold = self._hold, ""

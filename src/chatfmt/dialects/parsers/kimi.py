@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from ...grammar import CallRules, Grammar, ToolLike, Trigger
 from ...grammar.gbnf import literal
+from ...messages import Tool
 from .deepseek import SpecialCallsParser, valid_name
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
@@ -82,12 +83,12 @@ def kimi_call_grammar(
     JSON of the tool's schema; lazy from ``<|tool_calls_section_begin|>`` unless
     ``required``."""
     c = CallRules(tools)
-    alts = []
-    for t in c.tools:
+
+    def one(t: Tool) -> str:
         head = f"{literal(CALL_BEGIN)} {literal(call_id(t.name, 0)[:-1])} [0-9]+"
-        body = f"{literal(ARGUMENT_BEGIN)} {c.arguments(t)} {literal(CALL_END)}"
-        alts.append(c.rules.add(f"call-{t.name}", f"{head} {body}"))
-    call = c.rules.add("call", " | ".join(alts))
+        return f"{head} {literal(ARGUMENT_BEGIN)} {c.arguments(t)} {literal(CALL_END)}"
+
+    call = c.any_call(one)
     many = call if single else f"{call}+"
     root = f"{literal(SECTION_BEGIN)} {many} {literal(SECTION_END)}"
     triggers = () if required else (Trigger("word", SECTION_BEGIN),)

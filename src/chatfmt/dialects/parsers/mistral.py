@@ -15,7 +15,7 @@ from typing import Literal
 from ...events import Event, Finish
 from ...jsonscan import WS, CallScanner
 from ..base import StreamParser, finish_reason_for
-from .calls import CallStream, cut_problem
+from .calls import CallStream, cut_problem, feed_arguments
 from .turn import TurnOutput
 
 # Modes: text; after the control; before an element; in an object; after an object; after the
@@ -298,26 +298,18 @@ class NamedCallsParser(_Streams, StreamParser):
             name = "".join(self._name).strip(WS)
             self._calls.start(name, self._call_id("".join(self._id).strip(WS)))
         scan = self._scan
-        n = scan.feed(text)
         fed, self._fed = self._fed, self._fed + len(text)
-        self._flush_args()
-        open_call = self._calls.open
-        assert open_call is not None
-        if scan.args_state == "done":
-            # The scanner read on past the object; what it read there is after the call.
-            used = sum(map(len, open_call.arguments)) - fed
-            self._raw.append(text[:used])
+        state, used = feed_arguments(scan, self._calls, text, fed)
+        self._raw.append(text[:used])
+        if state == "done":
             self._end_call()
             self._mode = _DONE_MODE
             self._tail(text[used:])
-        elif scan.error is not None:
-            self._raw.append(text[:n])
-            self._break(f"has malformed JSON ({scan.error})")
+        elif state == "error":
             # The character that broke it is already output that is dropped.
+            self._break(f"has malformed JSON ({scan.error})")
             self._warnings.append("the output after the malformed call was ignored")
             self._mode, self._noted_skip = _SKIP, True
-        else:
-            self._raw.append(text)
 
     def _call_id(self, given: str) -> str:
         """The id the model wrote, unless it is malformed or already used in this turn (a

@@ -42,3 +42,17 @@ class TurnOutput:
         return single_message_result(
             self._content, calls.complete, self._finish, self._warnings, calls.incomplete
         )
+
+
+class StepOutput(TurnOutput):
+    """A turn read by steps: :meth:`_step` reads what it can of the text (a tag, a run of
+    plain text, a held partial tag) and returns the rest."""
+
+    def _step(self, text: str) -> str:
+        raise NotImplementedError
+
+    def on_text(self, text: str) -> list[Event]:
+        while text:
+            text = self._step(text)
+        out, self._events = self._events, []
+        return out

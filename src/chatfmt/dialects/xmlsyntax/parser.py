@@ -27,7 +27,7 @@ from ...events import Event, Finish, TextDelta
 from ...markup import held_suffix
 from ..base import StreamParser, finish_reason_for
 from ..parsers.calls import CallStream, cut_problem
-from ..parsers.turn import TurnOutput
+from ..parsers.turn import StepOutput
 from ..parsers.values import Schemas, json_text, parameter_schema, typed_value
 from .spec import MAX_NAME, XMLSyntax
 from .tags import tags_of
@@ -39,7 +39,7 @@ from .tags import tags_of
 _TEXT, _OPENING, _NAME, _BODY, _KEY, _AFTER_KEY, _VALUE, _TAIL, _BETWEEN, _SKIP = range(10)
 
 
-class XMLSyntaxParser(TurnOutput, StreamParser):
+class XMLSyntaxParser(StepOutput, StreamParser):
     """Incremental parser of one assistant turn in ``syntax``.
 
     ``schemas`` (tool name → its parameters' ``properties``) types the values; without it, or
@@ -121,12 +121,6 @@ class XMLSyntaxParser(TurnOutput, StreamParser):
         self._names, self._keys = self._tags.name, self._tags.key
 
     # ==== Public interface ====
-
-    def on_text(self, text: str) -> list[Event]:
-        while text:
-            text = self._step(text)
-        out, self._events = self._events, []
-        return out
 
     def on_finish(self, reason: Literal["stop", "length"]) -> list[Event]:
         mode, hold = self._mode, self._hold
