@@ -161,3 +161,31 @@ def test_a_plugin_is_trained_by_its_own_end_rule(installed: None) -> None:
     pairs = zip(example.input_ids, example.labels, strict=True)
     trained = [t for t, label in pairs if label != IGNORE_INDEX]
     assert tokenizer.decode(trained[:-1]).startswith("Hello")
+
+
+def test_a_dialect_that_overrides_render_blocks_still_renders() -> None:
+    """Dialects written before ``write`` override ``render_blocks``; one that does neither
+    says so when it renders."""
+    from chatfmt.dialects.parsers.plain import PlainParser
+    from chatfmt.messages import Conversation, Message
+    from chatfmt.segments import Block, Text
+
+    class Old(chatfmt.Dialect):
+        name = "old-style"
+
+        def render_blocks(
+            self, conversation: Conversation, *, add_generation_prompt: bool = True
+        ) -> list[Block]:
+            return [Block((Text(m.text),), (i,)) for i, m in enumerate(conversation.messages)]
+
+        def stream_parser(self, *, id_factory=None):  # type: ignore[no-untyped-def]
+            return PlainParser(id_factory=id_factory)
+
+    class Neither(Old):
+        name = "neither"
+        render_blocks = chatfmt.Dialect.render_blocks
+
+    conv = Conversation(messages=[Message(role="user", content="hi")])
+    assert Old().render_text(conv) == "hi"
+    with pytest.raises(NotImplementedError, match="'neither' implements neither write"):
+        Neither().render_text(conv)

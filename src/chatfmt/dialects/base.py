@@ -274,12 +274,15 @@ class Dialect(ABC):
         self.write(b, conversation, add_generation_prompt)
         return b.blocks
 
-    @abstractmethod
     def write(
         self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
     ) -> None:
         """The layout: write the conversation into ``b``, one block per turn (or per run of
-        turns the cache should keep together), each naming the messages it renders."""
+        turns the cache should keep together), each naming the messages it renders. (Not
+        abstract: a dialect written before this method overrides :meth:`render_blocks`.)"""
+        raise NotImplementedError(
+            f"dialect {self.name!r} implements neither write nor render_blocks"
+        )
 
     def _builder(self) -> BlockBuilder:
         return BlockBuilder(inline_controls=self.inline_controls)
