@@ -94,11 +94,7 @@ class SamplingParams:
     def optional_fields(self) -> tuple[str, ...]:
         """The fields of :data:`OPTIONAL_SAMPLING` this request sets away from "off": what an
         engine must honour (:meth:`Engine.check_sampling`) or refuse."""
-        return tuple(
-            name
-            for name, off in OPTIONAL_SAMPLING.items()
-            if getattr(self, name) != off
-        )
+        return tuple(name for name, off in OPTIONAL_SAMPLING.items() if getattr(self, name) != off)
 
 
 #: The sampling fields not every engine can honour, each with its "off" value (the default,

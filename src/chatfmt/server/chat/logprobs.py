@@ -87,7 +87,7 @@ class LogprobWriter:
         """A chat choice's ``logprobs`` holding ``entries``."""
         content = []
         for t, top in self.entries(entries):
-            alternatives = [TopLogprob(token=a.token, bytes=a.bytes, logprob=a.logprob) for a in top]
+            alternatives = [TopLogprob(token=a[0], bytes=a[1], logprob=a[2]) for a in top]
             content.append(
                 WireTokenLogprob(
                     token=t.token, bytes=t.bytes, logprob=t.logprob, top_logprobs=alternatives
