@@ -188,7 +188,7 @@ class ResponseFormat(_Lenient):
         return None
 
 
-def _check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
+def check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
     """Keys are token ids written as strings (OpenAI's form), biases within [-100, 100]; the
     ids are checked against the vocabulary when the request is prepared."""
     for key, bias in (value or {}).items():
@@ -200,6 +200,10 @@ def _check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None
         if not -100 <= bias <= 100:
             raise ValueError(f"the bias of token {key} is {bias}; biases go from -100 to 100")
     return value
+
+
+#: ``logit_bias`` as sent: token ids (strings) to biases, checked by :func:`check_logit_bias`.
+LogitBias = Annotated[dict[str, float] | None, AfterValidator(check_logit_bias)]
 
 
 class ChatCompletionRequest(_Lenient):
@@ -223,7 +227,7 @@ class ChatCompletionRequest(_Lenient):
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     repetition_penalty: float | None = Field(default=None, gt=0)
-    logit_bias: Annotated[dict[str, float] | None, AfterValidator(_check_logit_bias)] = None
+    logit_bias: LogitBias = None
     logprobs: StrictBool | None = None
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
     n: StrictInt | None = Field(default=None, ge=1)
