@@ -177,3 +177,28 @@ def test_a_consumer_that_stops_reading_the_agent_stops_the_engine(qwen) -> None:
         assert engine.cancelled == 1
 
     asyncio.run(go())
+
+
+def test_logprobs_of_the_reply_without_its_stop_token(qwen) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(qwen, ["Hello there!<|im_end|>"], sampling=["logprobs"])
+    tok = engine.tokenizer
+    params = SamplingParams(max_tokens=64, stop_ids=tuple(QWEN.stop_ids(tok)), logprobs=1)
+    driver = TurnDriver(engine, TurnDecoder(QWEN, tok), [1, 2, 3], params)
+
+    async def run() -> list[list[int]]:
+        per_step = []
+        async for _ in driver.steps():
+            per_step.append([e.token_id for e in driver.take_logprobs()])
+        return per_step
+
+    per_step = asyncio.run(run())
+    reply = qwen.encode_text("Hello there!")
+    assert driver.logprobs is not None and [e.token_id for e in driver.logprobs] == reply
+    # Step by step: each token with the step that decoded it, the prefill's step empty, and
+    # nothing left over.
+    assert [t for step in per_step for t in step] == reply and per_step[0] == []
+    assert driver.take_logprobs() == []
+    # Not asked for: none kept.
+    plain = _driver(FakeEngine(qwen, ["Hi<|im_end|>"]))
+    asyncio.run(plain.run())
+    assert plain.logprobs is None and plain.take_logprobs() == []

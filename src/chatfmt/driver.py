@@ -11,7 +11,9 @@ between them is what they make of the events; what is the same is written once h
 - an output that ends without a finish reason is finished as ``stop``;
 - the engine's stream is always closed, shielded from the cancellation of a client that went
   away (otherwise the engine would go on generating for nobody);
-- the counts: prompt, completion and cached tokens, and the ids the model produced.
+- the counts: prompt, completion and cached tokens, and the ids the model produced;
+- the tokens' log-probabilities, when the request asked for them: those of the reply (the
+  stop token and the closing chunks left out), all at once and step by step.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 import anyio
 
 from .decoding import TurnDecoder
-from .engines.base import Engine, GenerationChunk, SamplingParams
+from .engines.base import Engine, GenerationChunk, SamplingParams, TokenLogprob
 from .errors import EngineError
 from .events import Event, Finish, FinishReason, ParseResult
 from .tokenizers.base import Piece
@@ -78,6 +80,11 @@ class TurnDriver:
         #: The turn's finish reason as the parser reports it (``tool_calls`` for a turn that
         #: ended in complete calls).
         self.finish_reason: FinishReason = "stop"
+        #: Each generated token's log-probability, in order, up to the stop token (left out),
+        #: when ``params.logprobs`` asked for them; ``None`` otherwise.
+        self.logprobs: list[TokenLogprob] | None = [] if params.logprobs is not None else None
+        self._taken = 0  # of them, handed out by take_logprobs
+        self._stop_ids = frozenset(params.stop_ids)
 
     @property
     def prompt_tokens(self) -> int:
@@ -145,6 +152,15 @@ class TurnDriver:
         """The parsed turn (after the steps)."""
         return self.decoder.result()
 
+    def take_logprobs(self) -> list[TokenLogprob]:
+        """The log-probabilities that came since the last call: after each step, those of the
+        tokens it decoded (a stream sends them with that step's deltas)."""
+        entries = self.logprobs
+        if entries is None or self._taken == len(entries):
+            return []
+        self._taken, new = len(entries), entries[self._taken :]
+        return new
+
     # ==== Internals ====
 
     def _feed(self, chunk: GenerationChunk) -> list[Event]:
@@ -157,7 +173,18 @@ class TurnDriver:
                 produced.extend(chunk.token_ids)
             else:
                 self.produced = None
+        if chunk.logprobs and self.logprobs is not None:
+            self._keep_logprobs(chunk.logprobs)
         return self.decoder.feed_chunk(chunk)
+
+    def _keep_logprobs(self, entries: tuple[TokenLogprob, ...]) -> None:
+        kept = self.logprobs
+        assert kept is not None
+        stops = self._stop_ids
+        for entry in entries:
+            if entry.token_id in stops:  # the stop token and what follows are not the reply
+                return
+            kept.append(entry)
 
     def _step(self, events: list[Event]) -> list[Event]:
         if self._filter is not None:

@@ -60,3 +60,27 @@ def test_sampling_params_validate() -> None:
         SamplingParams(top_p=0)
     with pytest.raises(ValueError):
         SamplingParams(temperature=-1)
+
+
+def test_sampling_fields_are_refused_unless_claimed(qwen) -> None:
+    fake = FakeEngine(qwen, ["Hi<|im_end|>"])
+    with pytest.raises(EngineError, match="cannot honour top_k"):
+        asyncio.run(fake.generate([1], SamplingParams(top_k=3)))
+    assert fake.prompts == []  # refused before anything ran
+    claims = FakeEngine(qwen, ["Hi<|im_end|>"], sampling=["top_k"])
+    asyncio.run(claims.generate([1], SamplingParams(top_k=3)))
+    assert claims.params[-1].top_k == 3
+
+
+def test_scripted_logprobs(qwen) -> None:
+    from chatfmt.engines.fake import fake_logprob
+
+    fake = FakeEngine(qwen, ["Hello there<|im_end|>"], sampling=["logprobs"])
+    params = SamplingParams(logprobs=2, stop_ids=(IM_END,))
+    gen = asyncio.run(fake.generate([1], params))
+    assert gen.logprobs is not None
+    assert [e.token_id for e in gen.logprobs] == gen.token_ids
+    for n, e in enumerate(gen.logprobs):
+        assert e.logprob == fake_logprob(n) <= 0
+        assert e.top == ((e.token_id, e.logprob), (e.token_id + 1, e.logprob - 1))
+    assert asyncio.run(fake.generate([1], SamplingParams())).logprobs is None

@@ -569,3 +569,101 @@ def test_an_engine_that_hangs_is_unhealthy_in_time(qwen, monkeypatch: pytest.Mon
 
     healthy, waited = asyncio.run(check())
     assert not healthy and waited < 2.0
+
+
+# ==== Sampling fields and log-probabilities ====
+
+SAMPLED = SamplingParams(
+    max_tokens=5,
+    temperature=0.8,
+    top_k=3,
+    min_p=0.2,
+    presence_penalty=0.5,
+    frequency_penalty=0.25,
+    repetition_penalty=1.2,
+    logit_bias=((13048, -100.0),),
+    logprobs=2,
+)
+
+
+def test_llama_cpp_server_gets_every_sampling_field_in_its_words(qwen) -> None:
+    hi = qwen.encode_text("Hi")[0]
+    probabilities = [
+        {"id": hi, "token": "Hi", "bytes": [72, 105], "logprob": -0.25,
+         "top_logprobs": [{"id": hi, "logprob": -0.25}, {"id": 9707, "logprob": -1.75},
+                          {"id": 11, "logprob": -4.0}]},
+    ]  # fmt: skip
+    first = {**native("Hi", [hi]), "completion_probabilities": probabilities}
+    srv = Server(
+        "llamacpp",
+        lambda body: httpx.Response(200, content=sse(first, native("", [], "eos"))),
+    )
+    eng = engine(qwen, srv, context_length=2048)
+    gen = asyncio.run(eng.generate(prompt_of(qwen), SAMPLED))
+    body = srv.bodies[0]
+    assert {k: body[k] for k in ("top_k", "min_p", "repeat_penalty", "presence_penalty",
+                                 "frequency_penalty", "logit_bias", "n_probs")} == {
+        "top_k": 3, "min_p": 0.2, "repeat_penalty": 1.2, "presence_penalty": 0.5,
+        "frequency_penalty": 0.25, "logit_bias": [[13048, -100.0]], "n_probs": 2,
+    }  # fmt: skip
+    assert gen.logprobs is not None
+    (entry,) = gen.logprobs
+    assert (entry.token_id, entry.logprob, entry.top) == (hi, -0.25, ((hi, -0.25), (9707, -1.75)))
+    # Without them, the body is what it always was: OpenAI's sampling, nothing more.
+    asyncio.run(eng.generate(prompt_of(qwen), SamplingParams(max_tokens=5)))
+    plain = srv.bodies[-1]
+    assert (plain["top_k"], plain["min_p"], plain["repeat_penalty"]) == (0, 0.0, 1.0)
+    assert not {"n_probs", "logit_bias", "presence_penalty", "frequency_penalty"} & set(plain)
+
+
+def test_vllm_gets_every_sampling_field_and_returns_logprobs(qwen) -> None:
+    hello = qwen.encode_text("Hello")
+    logprobs = {"tokens": [f"token_id:{t}" for t in hello], "token_logprobs": [-0.5] * len(hello),
+                "top_logprobs": [{f"token_id:{t}": -0.5, "token_id:1": -0.75,
+                                  "token_id:2": -3.0} for t in hello]}  # fmt: skip
+    events = sse(
+        choice("Hello", token_ids=hello, logprobs=logprobs),
+        choice("", "stop", token_ids=[IM_END], logprobs={
+            "tokens": [f"token_id:{IM_END}"], "token_logprobs": [-0.01],
+            "top_logprobs": [{f"token_id:{IM_END}": -0.01}]}),
+    )  # fmt: skip
+    srv = Server("vllm", lambda body: httpx.Response(200, content=events), max_model_len=4096)
+    eng = engine(qwen, srv)
+    gen = asyncio.run(eng.generate(prompt_of(qwen), SAMPLED))
+    body = srv.bodies[0]
+    assert {k: body[k] for k in ("top_k", "min_p", "repetition_penalty", "presence_penalty",
+                                 "frequency_penalty", "logit_bias", "logprobs",
+                                 "return_tokens_as_token_ids")} == {
+        "top_k": 3, "min_p": 0.2, "repetition_penalty": 1.2, "presence_penalty": 0.5,
+        "frequency_penalty": 0.25, "logit_bias": {"13048": -100.0}, "logprobs": 2,
+        "return_tokens_as_token_ids": True,
+    }  # fmt: skip
+    assert gen.token_ids == [*hello, IM_END]  # the ids still come from token_ids
+    assert gen.logprobs is not None
+    assert [e.token_id for e in gen.logprobs] == [*hello, IM_END]
+    assert gen.logprobs[0].top == ((hello[0], -0.5), (1, -0.75))
+
+
+def test_a_server_of_unknown_kind_is_refused_what_it_may_ignore(qwen) -> None:
+    srv = Server("someone", lambda body: httpx.Response(200, content=sse(choice("ok", "stop"))))
+    eng = engine(qwen, srv, context_length=4096)
+    for params in (SamplingParams(top_k=2), SamplingParams(min_p=0.1),
+                   SamplingParams(repetition_penalty=1.1), SamplingParams(logprobs=0)):  # fmt: skip
+        (name,) = params.optional_fields()
+        with pytest.raises(EngineError, match=f"cannot honour {name}"):
+            asyncio.run(eng.generate(prompt_of(qwen), params))
+    assert srv.bodies == []  # refused before anything was sent
+    # OpenAI's own fields go as OpenAI writes them.
+    params = SamplingParams(presence_penalty=1.0, logit_bias=((5, 2.0),))
+    assert asyncio.run(eng.generate(prompt_of(qwen), params)).text == "ok"
+    assert srv.bodies[0]["presence_penalty"] == 1.0 and srv.bodies[0]["logit_bias"] == {"5": 2.0}
+
+
+def test_llama_cpp_python_server_takes_all_but_logprobs(qwen) -> None:
+    srv = Server("me", lambda body: httpx.Response(200, content=sse(choice("ok", "stop"))))
+    eng = engine(qwen, srv, context_length=4096)
+    params = SamplingParams(max_tokens=5, top_k=4, repetition_penalty=1.3)
+    asyncio.run(eng.generate(prompt_of(qwen), params))
+    assert (srv.bodies[0]["top_k"], srv.bodies[0]["repeat_penalty"]) == (4, 1.3)
+    with pytest.raises(EngineError, match="cannot honour logprobs"):
+        asyncio.run(eng.generate(prompt_of(qwen), SamplingParams(logprobs=1)))

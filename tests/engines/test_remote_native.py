@@ -214,3 +214,27 @@ def test_the_real_llama_server_reply_keeps_every_id(
     ids, whole, streamed = asyncio.run(go())
     assert ids == reply
     assert whole == streamed == "Hi龘𝄞"
+
+
+def test_logprobs_of_a_character_split_over_tokens_stand_for_the_whole_character(qwen) -> None:
+    """llama-server reports one entry for the event that completes a split character (its
+    last token's), with the character's bytes; the entry says so, so that the text of the
+    listed tokens is still the reply's."""
+    dragon = "龘".encode()
+    probability = {"id": DRAGON[1], "logprob": -0.75, "top_logprobs": [{"id": DRAGON[1],
+                   "logprob": -0.75}]}  # fmt: skip
+    hi = {"id": HI, "logprob": -0.5, "top_logprobs": [{"id": HI, "logprob": -0.5}]}
+    events = [
+        {**event("Hi", [HI], 1), "completion_probabilities": [hi]},
+        {**event("龘", [DRAGON[1]], 3), "completion_probabilities": [probability]},
+    ]
+    native = NativeEvents(qwen, 1)
+    chunks = [native.chunk(e) for e in events]
+    entries = [e for c in chunks if c is not None for e in c.logprobs or ()]
+    assert [(e.token_id, e.logprob, e.text) for e in entries] == [
+        (HI, -0.5, None),
+        (DRAGON[1], -0.75, dragon),
+    ]
+    assert [t for c in chunks if c is not None for t in c.token_ids] == [HI, *DRAGON]
+    # Not asked for: none read.
+    assert all(c is not None and c.logprobs is None for c in read(qwen, events))

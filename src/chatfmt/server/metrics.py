@@ -199,6 +199,10 @@ class MeteredEngine(Engine):
     def grammar_support(self) -> GrammarSupport:
         return self.inner.grammar_support
 
+    @property
+    def sampling_support(self) -> frozenset[str]:
+        return self.inner.sampling_support
+
     async def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncGenerator[GenerationChunk, None]:

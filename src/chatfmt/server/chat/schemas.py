@@ -1,7 +1,8 @@
 """OpenAI wire models for ``/v1/chat/completions`` (the subset chatfmt serves).
 
-Requests accept and ignore fields they do not use (clients send ``user``, ``logprobs``,
-``presence_penalty``, ...), but reject wrong types with a 400 naming the field. Messages are
+Requests accept and ignore fields that do not change the reply (clients send ``user``,
+``metadata``, ...), but reject wrong types with a 400 naming the field; every sampling field is
+read (:mod:`.sampling` turns them into the engine's parameters). Messages are
 kept as plain dicts here and converted by :func:`chatfmt.messages.from_openai`, whose errors
 name the offending message.
 
@@ -26,6 +27,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_validator,
@@ -39,6 +41,9 @@ from ..http.errors import first_problem
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 _TOOL_CHOICES = ("auto", "none", "required")
+
+#: A token id as ``logit_bias`` keys write it.
+_TOKEN_ID = re.compile(r"-?[0-9]{1,12}")
 
 
 def _is_none(value: object) -> bool:
@@ -183,6 +188,24 @@ class ResponseFormat(_Lenient):
         return None
 
 
+def check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
+    """Keys are token ids written as strings (OpenAI's form), biases within [-100, 100]; the
+    ids are checked against the vocabulary when the request is prepared."""
+    for key, bias in (value or {}).items():
+        if not _TOKEN_ID.fullmatch(key):
+            raise ValueError(
+                f"key {key!r} is not a token id: logit_bias maps token ids, written as "
+                'strings, to biases, e.g. {"1234": -100}'
+            )
+        if not -100 <= bias <= 100:
+            raise ValueError(f"the bias of token {key} is {bias}; biases go from -100 to 100")
+    return value
+
+
+#: ``logit_bias`` as sent: token ids (strings) to biases, checked by :func:`check_logit_bias`.
+LogitBias = Annotated[dict[str, float] | None, AfterValidator(check_logit_bias)]
+
+
 class ChatCompletionRequest(_Lenient):
     """The body of ``POST /v1/chat/completions`` (and of ``POST /tokenize``)."""
 
@@ -198,6 +221,15 @@ class ChatCompletionRequest(_Lenient):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     seed: StrictInt | None = None
+    #: Not OpenAI's, but vLLM's and llama.cpp's (-1 and 0: no limit, as vLLM takes them).
+    top_k: StrictInt | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    logit_bias: LogitBias = None
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
     n: StrictInt | None = Field(default=None, ge=1)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
@@ -230,6 +262,16 @@ class ChatCompletionRequest(_Lenient):
         if isinstance(self.stop, list) and len(self.stop) > 16:
             raise ValueError("stop accepts at most 16 sequences")
         return self
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _with_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
+            raise ValueError(
+                "top_logprobs needs logprobs: true (it says how many alternatives to list "
+                "with each token's log-probability)"
+            )
+        return value
 
     @property
     def stop_list(self) -> list[str]:
@@ -271,11 +313,37 @@ class AssistantMessage(_Wire):
     tool_calls: list[ToolCallOut] | None = _omitted()
 
 
+class TopLogprob(_Wire):
+    """One of the likeliest tokens at a position."""
+
+    token: str
+    #: The token's UTF-8 bytes (its text may be part of a character); ``None``: unknown.
+    bytes: list[int] | None
+    logprob: float
+
+
+class TokenLogprob(_Wire):
+    """A generated token with its log-probability and the likeliest tokens at its place."""
+
+    token: str
+    bytes: list[int] | None
+    logprob: float
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(_Wire):
+    """``logprobs`` of a choice: every token of the reply (text, reasoning and call alike:
+    chatfmt reads them all from one token stream), the stop token left out."""
+
+    content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None = None
+
+
 class Choice(_Wire):
     index: int = 0
     message: AssistantMessage
     finish_reason: FinishReason
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class PromptTokensDetails(_Wire):
@@ -336,7 +404,9 @@ class ChunkChoice(_Wire):
     index: int = 0
     delta: Delta
     finish_reason: FinishReason | None = None
-    logprobs: None = None
+    #: The tokens this chunk's delta came from (those of a step that changed nothing visible
+    #: go with the next chunk).
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(_Wire):

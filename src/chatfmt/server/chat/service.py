@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ...decoding import TurnDecoder
 from ...dialects.base import Dialect
 from ...driver import TurnDriver
-from ...engines.base import Engine, SamplingParams
+from ...engines.base import Engine, SamplingParams, TokenLogprob
 from ...errors import ChatFmtError, SchemaTooDeep, ValidationError
 from ...grammar import Grammar, SchemaError, json_grammar
 from ...messages import Conversation, Tool, conversation_of
@@ -33,8 +33,10 @@ from ..http.limits import DEFAULT_LIMITS, ServerLimits, count_problem
 from ..http.sse import DONE, sse_event, stream_errors
 from ..metrics import ServerMetrics
 from .continuation import Continuation, Splicer
+from .logprobs import LogprobWriter
 from .policy import CallPolicy
 from .reasoning import configure, controls_of
+from .sampling import check_supported, sampling_params
 from .schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -45,7 +47,7 @@ from .schemas import (
     TokenizeResponse,
     Usage,
 )
-from .wire import ROLE_FRAME, assistant_message, choice_frames
+from .wire import ROLE_FRAME, assistant_message, choice_frames, logprob_frames
 
 #: Requests with less message text than this are rendered on the event loop: a thread hop
 #: costs more than encoding a few thousand characters (tens of microseconds).
@@ -169,6 +171,8 @@ class ChatService:
         # conversation pays for its new messages only. Both are bounded (render_cache.py).
         self._tools = ToolsCache()
         self._conversations = ConversationCache()
+        #: Token log-probabilities as the APIs write them (texts of the vocabulary kept).
+        self.logprobs = LogprobWriter(self.tokenizer)
 
     # ==== Request → prompt ====
 
@@ -275,15 +279,15 @@ class ChatService:
         else:
             max_tokens = requested
         stops = tuple(req.stop_list)
-        params = SamplingParams(
+        params = sampling_params(
+            req,
+            self.tokenizer,
             max_tokens=max_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            seed=req.seed,
             stop_ids=tuple(sorted(self.stop_ids)),
             stop_strings=(*dialect.stop_strings(), *stops),
             grammar=grammar,
         )
+        check_supported(self.engine, params)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         pieces = tuple(
             Control(s.token)
@@ -547,11 +551,14 @@ class ChatService:
         """A whole ``chat.completion`` response."""
         driver, policy = self.driver(prep)
         message = assistant_message(await driver.run(), policy)
+        entries = driver.logprobs
+        logprobs = None if entries is None else self.logprobs.chat(entries)
+        choice = Choice(message=message, finish_reason=driver.finish_reason, logprobs=logprobs)
         return ChatCompletion(
             id=self.new_id(),
             created=int(time.time()),
             model=self.model_name,
-            choices=[Choice(message=message, finish_reason=driver.finish_reason)],
+            choices=[choice],
             usage=Usage.of(driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens),
         )
 
@@ -577,9 +584,16 @@ class ChatService:
         async def body() -> AsyncIterator[bytes]:
             yield head + ROLE_FRAME + tail
             async with aclosing(driver.steps()) as steps:
-                async for events in steps:
-                    for choice in choice_frames(events):
-                        yield head + choice + tail
+                if driver.logprobs is None:  # the hot path: nothing per token for logprobs
+                    async for events in steps:
+                        for choice in choice_frames(events):
+                            yield head + choice + tail
+                else:
+                    pending: list[TokenLogprob] = []  # of steps that changed nothing visible
+                    async for events in steps:
+                        pending += driver.take_logprobs()
+                        for choice in logprob_frames(events, pending, self.logprobs):
+                            yield head + choice + tail
             if prep.include_usage:
                 usage = Usage.of(
                     driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
 
 from ...events import (
@@ -26,6 +28,10 @@ from .schemas import (
     ToolCallOut,
 )
 from .schemas import ToolCallDelta as WireToolCallDelta
+
+if TYPE_CHECKING:
+    from ...engines.base import TokenLogprob
+    from .logprobs import LogprobWriter
 
 #: The first chunk of every stream.
 ROLE_CHOICE = ChunkChoice(delta=Delta(role="assistant", content=""))
@@ -87,6 +93,19 @@ def choice_frames(events: list[Event]) -> list[bytes]:
             continue
         out.extend(_to_json(c) for c in chunk_choices([ev]))
     return out
+
+
+def logprob_frames(
+    events: list[Event], pending: list[TokenLogprob], writer: LogprobWriter
+) -> list[bytes]:
+    """:func:`chunk_choices` serialized, the first carrying the log-probabilities of
+    ``pending`` (emptied): those of the tokens that made its step, and of earlier steps that
+    changed nothing visible (text held back as the possible start of a marker)."""
+    choices = chunk_choices(events)
+    if choices and pending:
+        choices[0].logprobs = writer.chat(pending)
+        pending.clear()
+    return [_to_json(c) for c in choices]
 
 
 def calls_in_order(result: ParseResult) -> list[ToolCall | IncompleteCall]:

@@ -11,11 +11,12 @@ growing backlog of one-token events.
 from __future__ import annotations
 
 import orjson
+from pydantic import TypeAdapter
 
 from ..http.bodies import json_bytes
 from ..http.sse import sse_event
 from .output import BuiltEvent, PartDelta
-from .wire import ResponseEvent, StreamEvent
+from .wire import DeltaLogprob, ResponseEvent, StreamEvent
 
 # Indexed by PartDelta.reasoning.
 _HEADS = (
@@ -24,6 +25,8 @@ _HEADS = (
     b'"item_id":',
 )
 _AFTER_DELTA = (b',"logprobs":[],"sequence_number":', b',"sequence_number":')
+#: A text delta's log-probabilities, written as pydantic writes them in the event.
+_LOGPROBS = TypeAdapter(tuple[DeltaLogprob, ...])
 
 
 def frame(event: StreamEvent | PartDelta, sequence: int) -> bytes:
@@ -31,6 +34,9 @@ def frame(event: StreamEvent | PartDelta, sequence: int) -> bytes:
     if isinstance(event, PartDelta):
         # (No lone surrogate that orjson would refuse: TurnDecoder replaced them, and
         # pydantic cannot write one either.)
+        after = _AFTER_DELTA[event.reasoning]
+        if event.logprobs and not event.reasoning:  # (reasoning deltas have none)
+            after = b',"logprobs":%b,"sequence_number":' % _LOGPROBS.dump_json(event.logprobs)
         return b"".join(
             (
                 _HEADS[event.reasoning],
@@ -38,7 +44,7 @@ def frame(event: StreamEvent | PartDelta, sequence: int) -> bytes:
                 b',"output_index":%d,"content_index":%d,"delta":'
                 % (event.output_index, event.content_index),
                 orjson.dumps(event.delta),
-                _AFTER_DELTA[event.reasoning],
+                after,
                 b"%d}\n\n" % sequence,
             )
         )
@@ -64,7 +70,8 @@ def coalesce(events: list[BuiltEvent]) -> list[BuiltEvent]:
             and type(last) is PartDelta
             and last[:4] == event[:4]  # the same kind of delta to the same part
         ):
-            out[-1] = last._replace(delta=last.delta + event.delta)
+            logprobs = last.logprobs + event.logprobs if event.logprobs else last.logprobs
+            out[-1] = last._replace(delta=last.delta + event.delta, logprobs=logprobs)
         else:
             out.append(event)
     return out

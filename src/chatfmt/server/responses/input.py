@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from ..chat.schemas import ChatCompletionRequest
+from ..chat.schemas import ChatCompletionRequest, LogitBias
 from ..http.bodies import lone_surrogate_at
 from ..http.errors import ApiError
 from .output import reasoning_of_blob
@@ -34,6 +34,10 @@ INCLUDABLE = frozenset(
         "message.output_text.logprobs",
     }
 )
+
+
+#: The ``include`` value that asks for the text's log-probabilities.
+LOGPROBS = "message.output_text.logprobs"
 
 
 class Reasoning(BaseModel):
@@ -62,12 +66,29 @@ class ResponsesRequest(BaseModel):
     max_output_tokens: StrictInt | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
+    #: Alternatives listed with each token's log-probability (turns them on, as ``include``
+    #: ``message.output_text.logprobs`` does).
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+    # Not OpenAI's Responses fields but chat completions' (and vLLM's): taken alike.
+    seed: StrictInt | None = None
+    top_k: StrictInt | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    logit_bias: LogitBias = None
     store: StrictBool = True
     previous_response_id: str | None = None
     include: list[str] | None = None
     stream: StrictBool = False
     metadata: dict[str, str] | None = None
     reasoning: Reasoning | None = None
+
+    @property
+    def wants_logprobs(self) -> bool:
+        """Whether the text's log-probabilities are asked for (``include`` or a positive
+        ``top_logprobs``)."""
+        return LOGPROBS in (self.include or ()) or bool(self.top_logprobs)
 
     @model_validator(mode="after")
     def _valid_text(self) -> ResponsesRequest:
@@ -107,20 +128,26 @@ def _text_of(content: Any, param: str, *, role: str) -> str:
     return "".join(texts)
 
 
-def check_include(req: ResponsesRequest) -> None:
-    """Refuse ``include`` values that are not OpenAI's, or that chatfmt cannot honour."""
+def check_include(req: ResponsesRequest, sampling: frozenset[str] = frozenset()) -> None:
+    """Refuse ``include`` values that are not OpenAI's, or that chatfmt cannot honour on an
+    engine that honours the ``sampling`` fields (:attr:`Engine.sampling_support`)."""
     for i, value in enumerate(req.include or ()):
         if value not in INCLUDABLE:
             raise _bad(
                 f"include value {value!r} is not one of: {', '.join(sorted(INCLUDABLE))}",
                 f"include[{i}]",
             )
-        if value == "message.output_text.logprobs":
-            raise _bad(
-                "include 'message.output_text.logprobs' is not supported: chatfmt does not "
-                "pass the engine's log probabilities through; leave it out",
-                f"include[{i}]",
-            )
+    if req.wants_logprobs and "logprobs" not in sampling:
+        include = req.include or []
+        param = f"include[{include.index(LOGPROBS)}]" if LOGPROBS in include else "top_logprobs"
+        raise ApiError(
+            400,
+            "log-probabilities cannot be returned by this server's engine; leave out "
+            f"include {LOGPROBS!r} and top_logprobs, or serve with an engine that reports "
+            "them (chatfmt's default llama-server, a llama.cpp server or vLLM)",
+            param=param,
+            code="unsupported_parameter",
+        )
 
 
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
@@ -305,6 +332,15 @@ def chat_request(
         "max_tokens": req.max_output_tokens,
         "temperature": req.temperature,
         "top_p": req.top_p,
+        "logprobs": True if req.wants_logprobs else None,
+        "top_logprobs": req.top_logprobs if req.wants_logprobs else None,
+        "seed": req.seed,
+        "top_k": req.top_k,
+        "min_p": req.min_p,
+        "presence_penalty": req.presence_penalty,
+        "frequency_penalty": req.frequency_penalty,
+        "repetition_penalty": req.repetition_penalty,
+        "logit_bias": req.logit_bias,
         "stream": req.stream,
         "reasoning_effort": req.reasoning.effort if req.reasoning else None,
     }

@@ -8,6 +8,9 @@ order (``output_item.added`` → ``content_part.added`` → ``output_text.delta`
 ``reasoning_text.delta``…) → ``output_text.done`` (``reasoning_text.done``) →
 ``content_part.done`` → ``output_item.done``; for calls ``output_item.added`` →
 ``function_call_arguments.delta``… → ``.done`` → ``output_item.done``).
+
+With log-probabilities asked for, :class:`LogprobOutputBuilder` gives each text delta the
+tokens it came from (its ``logprobs``), and each ``output_text`` part all of its message's.
 """
 
 from __future__ import annotations
@@ -15,16 +18,22 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ...engines.base import TokenLogprob
 from ...events import Event, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ..chat.logprobs import Entry, LogprobWriter
 from .wire import (
     ContentPartAdded,
     ContentPartDone,
+    DeltaLogprob,
+    DeltaTopLogprob,
     FunctionCallArgumentsDelta,
     FunctionCallArgumentsDone,
     FunctionCallItem,
+    Logprob,
     MessageItem,
     OutputEvent,
     OutputItem,
@@ -37,6 +46,7 @@ from .wire import (
     ReasoningTextDelta,
     ReasoningTextDone,
     ReasoningTextPart,
+    TopLogprob,
 )
 
 
@@ -69,21 +79,30 @@ class PartDelta(NamedTuple):
     """Text (``reasoning``: reasoning text) added to the open item's part: the stream event
     made per token, so a plain tuple rather than a pydantic model (``model_construct`` was a
     quarter of the stream's own Python time per token). :func:`.frames.frame` writes its
-    bytes; :meth:`event` is the wire model it stands for."""
+    bytes; :meth:`event` is the wire model it stands for. ``logprobs``: those of the tokens
+    the text came from, when asked for (a reasoning delta has none)."""
 
     reasoning: bool
     item_id: str
     output_index: int
     content_index: int
     delta: str
+    logprobs: tuple[DeltaLogprob, ...] = ()
 
     def event(self) -> OutputTextDelta | ReasoningTextDelta:
-        cls = ReasoningTextDelta if self.reasoning else OutputTextDelta
-        return cls(
+        if self.reasoning:
+            return ReasoningTextDelta(
+                item_id=self.item_id,
+                output_index=self.output_index,
+                content_index=self.content_index,
+                delta=self.delta,
+            )
+        return OutputTextDelta(
             item_id=self.item_id,
             output_index=self.output_index,
             content_index=self.content_index,
             delta=self.delta,
+            logprobs=self.logprobs,
         )
 
 
@@ -121,6 +140,8 @@ class OutputBuilder:
         self._open: MessageItem | ReasoningItem | None = None  # the item receiving deltas
         self._pieces: list[str] = []  # its text so far
         self._calls: dict[int, _OpenCall] = {}  # open calls by parser index
+        #: The open message's log-probabilities so far (only LogprobOutputBuilder adds any).
+        self._logprobs: list[Entry] = []
 
     def feed(self, events: list[Event]) -> list[BuiltEvent]:
         out: list[BuiltEvent] = []
@@ -239,8 +260,16 @@ class OutputBuilder:
         part = item.content[0]
         part.text = text
         if isinstance(item, MessageItem):
+            done: tuple[DeltaLogprob, ...] = ()
+            if self._logprobs:
+                assert isinstance(part, OutputTextPart)
+                part.logprobs = tuple(part_logprob(e) for e in self._logprobs)
+                done = tuple(delta_logprob(e) for e in self._logprobs)
+                self._logprobs = []
             out.append(
-                OutputTextDone(item_id=item.id, output_index=index, content_index=0, text=text)
+                OutputTextDone(
+                    item_id=item.id, output_index=index, content_index=0, text=text, logprobs=done
+                )
             )
         else:
             if self.encrypted_reasoning:
@@ -262,3 +291,60 @@ class OutputBuilder:
             )
         )
         out.append(OutputItemDone(output_index=call.index, item=item.model_copy()))
+
+
+#: Events of a step whose tokens are not the message's text.
+_NOT_TEXT = (ReasoningDelta, ToolCallStart, ToolCallDelta)
+
+
+class LogprobOutputBuilder(OutputBuilder):
+    """An :class:`OutputBuilder` for a request that asked for log-probabilities: feed each
+    step's entries with its events.
+
+    A step's tokens go with its first text delta; those of a step that showed nothing (text
+    held back as the possible start of a marker) wait for the next one; those of a step that
+    wrote only reasoning or calls are theirs, and the Responses API gives those none.
+    """
+
+    def __init__(self, writer: LogprobWriter, *, encrypted_reasoning: bool = False) -> None:
+        super().__init__(encrypted_reasoning=encrypted_reasoning)
+        self._writer = writer
+        self._pending: list[TokenLogprob] = []  # not yet given to a text delta
+        self._attach: list[Entry] = []  # for this step's first text delta
+
+    def feed(self, events: list[Event], entries: Sequence[TokenLogprob] = ()) -> list[BuiltEvent]:
+        self._pending.extend(entries)
+        if self._pending:
+            if any(isinstance(ev, TextDelta) and ev.text for ev in events):
+                self._attach, self._pending = self._writer.entries(self._pending), []
+            elif any(isinstance(ev, _NOT_TEXT) for ev in events):
+                self._pending = []
+        return super().feed(events)
+
+    def _text(self, text: str, out: list[BuiltEvent]) -> None:
+        super()._text(text, out)
+        if self._attach:
+            entries, self._attach = self._attach, []
+            self._logprobs.extend(entries)
+            delta = out[-1]
+            assert isinstance(delta, PartDelta)
+            out[-1] = delta._replace(logprobs=tuple(delta_logprob(e) for e in entries))
+
+
+def part_logprob(entry: Entry) -> Logprob:
+    """An entry as an ``output_text`` part lists it (with bytes)."""
+    token, top = entry
+    alternatives = [TopLogprob(token=t.token, bytes=t.bytes or [], logprob=t.logprob) for t in top]
+    return Logprob(
+        token=token.token, bytes=token.bytes or [], logprob=token.logprob, top_logprobs=alternatives
+    )
+
+
+def delta_logprob(entry: Entry) -> DeltaLogprob:
+    """An entry as a text event lists it (without bytes)."""
+    token, top = entry
+    return DeltaLogprob(
+        token=token.token,
+        logprob=token.logprob,
+        top_logprobs=[DeltaTopLogprob(token=t.token, logprob=t.logprob) for t in top],
+    )

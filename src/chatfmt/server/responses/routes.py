@@ -20,15 +20,16 @@ from ..http.sse import sse_response, stream_errors, until_disconnect
 from .frames import coalesce
 from .frames import frame as frame_event
 from .input import ResponsesRequest
-from .output import BuiltEvent, OutputBuilder, PartDelta
+from .output import BuiltEvent, LogprobOutputBuilder, OutputBuilder, PartDelta
 from .service import Exchange, Generated, ResponsesService
 from .wire import ErrorEvent, ResponseError, ResponseEvent, StreamEvent
 
 
-def _builder(ex: Exchange) -> OutputBuilder:
-    return OutputBuilder(
-        encrypted_reasoning="reasoning.encrypted_content" in (ex.req.include or ())
-    )
+def _builder(svc: ResponsesService, ex: Exchange) -> OutputBuilder:
+    encrypted = "reasoning.encrypted_content" in (ex.req.include or ())
+    if ex.prep.params.logprobs is not None:
+        return LogprobOutputBuilder(svc.chat.logprobs, encrypted_reasoning=encrypted)
+    return OutputBuilder(encrypted_reasoning=encrypted)
 
 
 async def _output(
@@ -39,14 +40,18 @@ async def _output(
     Pulled by the consumer: while a client is still taking earlier events, the engine's
     tokens wait in its socket and come as one chunk, so one step, at the next pull."""
     async with aclosing(driver.steps()) as steps:
-        async for events in steps:
-            yield builder.feed(events)
+        if isinstance(builder, LogprobOutputBuilder):
+            async for events in steps:
+                yield builder.feed(events, driver.take_logprobs())
+        else:
+            async for events in steps:
+                yield builder.feed(events)
     yield builder.finish(cut=driver.cut)
 
 
-async def _generate(ex: Exchange, driver: TurnDriver) -> Generated:
+async def _generate(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> Generated:
     """The whole generation (no stream)."""
-    builder = _builder(ex)
+    builder = _builder(svc, ex)
     async with aclosing(_output(driver, builder)) as output:
         async for _events in output:
             pass
@@ -72,7 +77,7 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
             await until_disconnect(request, driver.open())
             return sse_response(_stream(svc, ex, driver))
 
-        done = await until_disconnect(request, _generate(ex, driver))
+        done = await until_disconnect(request, _generate(svc, ex, driver))
         response = svc.finished(ex, done)
         await svc.keep(ex, response, done)
         return Response(response.body(), media_type="application/json")
@@ -151,7 +156,7 @@ async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> As
     started = svc.response(rid, created, req, "in_progress", [], None)
     yield frame(ResponseEvent(type="response.created", response=started))
     yield frame(ResponseEvent(type="response.in_progress", response=started))
-    builder = _builder(ex)
+    builder = _builder(svc, ex)
 
     async def body() -> AsyncIterator[bytes]:
         async with aclosing(_output(driver, builder)) as output:

@@ -100,7 +100,7 @@ class ResponsesService:
     async def prepare(self, req: ResponsesRequest, owner: str) -> Exchange:
         """The request checked, its conversation (the stored one it continues, then its own
         input) rendered: the exchange ready to generate."""
-        check_include(req)
+        check_include(req, self.chat.engine.sampling_support)
         items = input_items(req)
         new = to_messages(items)
         history: list[dict[str, Any]] = []

@@ -10,9 +10,9 @@ for), except ``encrypted_content``, which a reasoning item has only when asked f
 An event's ``sequence_number`` is its place in the stream, set when the stream writes it (0
 until then): one builder serves the whole response and the stream, and only the stream counts.
 
-Lists that chatfmt always writes empty (``annotations``, ``logprobs``, ``summary``) are tuples
-defaulting to ``()``: an immutable default is shared, where a list would be copied for every
-event, and streaming builds one event per token. They are JSON arrays all the same.
+Lists that chatfmt writes empty unless asked (``annotations``, ``logprobs``, ``summary``) are
+tuples defaulting to ``()``: an immutable default is shared, where a list would be copied for
+every event, and streaming builds one event per token. They are JSON arrays all the same.
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ class Logprob(_Wire):
 
 
 class OutputTextPart(_Wire):
-    """A message's text. chatfmt cites nothing and passes no log probabilities through
-    (``include: ["message.output_text.logprobs"]`` is refused), so both lists stay empty."""
+    """A message's text. chatfmt cites nothing (``annotations`` stays empty); ``logprobs``
+    lists the text's tokens when the request asked for them (``include:
+    ["message.output_text.logprobs"]`` or ``top_logprobs``)."""
 
     type: Literal["output_text"] = "output_text"
     text: str
