@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from .engines.base import GenerationChunk
 
 
-
-
 class ControlSplitter:
     """Splits text that has control tokens written out into pieces, incrementally.
 
