@@ -67,7 +67,8 @@ def _renamed(exc: ApiError, form: ChatForm) -> ApiError:
         index = int(m[1])
         if index < len(form.origins):
             exc.param = form.origins[index]
-            exc.message = exc.message[m.end() :]
+            # (The rules speak of chat messages' fields; a tool_result's is tool_use_id.)
+            exc.message = exc.message[m.end() :].replace("tool_call_id", "tool_use_id")
     return exc
 
 
