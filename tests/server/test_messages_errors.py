@@ -187,3 +187,27 @@ def test_an_engine_that_is_down_is_overloaded(qwen) -> None:
         # A stream fails before its headers: the status says it, as for a whole reply.
         error = error_of(post(app, "/v1/messages", body("hi", stream=streamed)), 503)
         assert error["type"] == "overloaded_error" and "restarting" in error["message"]
+
+
+def test_the_published_schema_shows_the_messages_bodies_and_errors(make_fake) -> None:
+    app = app_of(make_fake())
+    doc = request(app, "GET", "/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    create_op = doc["paths"]["/v1/messages"]["post"]
+    body_ref = create_op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert body_ref.endswith("/MessagesRequest")
+    assert set(schemas["MessagesRequest"]["required"]) == {"model", "messages", "max_tokens"}
+    ok = create_op["responses"]["200"]["content"]
+    assert (
+        ok["application/json"]["schema"]["$ref"].endswith("/Message") and "text/event-stream" in ok
+    )
+    for status in ("400", "401", "404", "413", "503"):
+        ref = create_op["responses"][status]["content"]["application/json"]["schema"]["$ref"]
+        assert ref.endswith("/MessagesError"), status
+    count = doc["paths"]["/v1/messages/count_tokens"]["post"]
+    assert count["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/TokenCount"
+    )
+    # The OpenAI models keep their names (no two published models share one).
+    assert not [name for name in schemas if "__" in name]
+    assert {"ErrorResponse", "Usage", "MessageUsage"} <= set(schemas)

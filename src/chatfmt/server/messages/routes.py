@@ -20,16 +20,16 @@ from .output import BuiltEvent, PartDelta
 from .request import CountTokensRequest, MessagesRequest
 from .service import Exchange, MessagesService, stop_of, usage_of
 from .wire import (
-    ErrorResponse,
     Message,
     MessageDelta,
+    MessagesError,
     MessageStart,
     MessageStop,
+    MessageUsage,
     Ping,
     StopDelta,
     StreamEvent,
     TokenCount,
-    Usage,
 )
 
 #: The header Anthropic's clients send their key in (``Authorization: Bearer`` works too).
@@ -49,7 +49,7 @@ _THINKING_MID = b',"delta":{"type":"thinking_delta","thinking":'
 _DELTA_TAIL = b"}}\n\n"
 
 
-def frame(event: StreamEvent | BuiltEvent | ErrorResponse) -> bytes:
+def frame(event: StreamEvent | BuiltEvent | MessagesError) -> bytes:
     """One named SSE event. A per-token delta is written directly (the same bytes as its
     model's), as the chat stream writes its text deltas."""
     if isinstance(event, PartDelta):
@@ -62,7 +62,7 @@ def frame(event: StreamEvent | BuiltEvent | ErrorResponse) -> bytes:
 
 def build_messages_router(svc: MessagesService, *, api_key: ApiKeys) -> APIRouter:
     router = APIRouter()
-    errors = error_responses(400, 401, 404, 413, 415, 502, 503, model=ErrorResponse)
+    errors = error_responses(400, 401, 404, 413, 415, 502, 503, model=MessagesError)
 
     @router.post(
         "/v1/messages",
@@ -87,7 +87,7 @@ def build_messages_router(svc: MessagesService, *, api_key: ApiKeys) -> APIRoute
         openapi_extra=json_body(CountTokensRequest),
         responses={
             200: {"model": TokenCount},
-            **error_responses(400, 401, 413, 415, model=ErrorResponse),
+            **error_responses(400, 401, 413, 415, model=MessagesError),
         },
     )
     async def count_tokens(request: Request) -> Response:
@@ -108,7 +108,7 @@ async def _stream(svc: MessagesService, ex: Exchange, driver: TurnDriver) -> Asy
         content=[],
         model=ex.req.model,
         stop_reason=None,
-        usage=Usage(input_tokens=driver.prompt_tokens, output_tokens=0),
+        usage=MessageUsage(input_tokens=driver.prompt_tokens, output_tokens=0),
     )
     yield frame(MessageStart(message=start)) + frame(Ping())
 
@@ -127,7 +127,7 @@ async def _stream(svc: MessagesService, ex: Exchange, driver: TurnDriver) -> Asy
 
     def failed(error: ApiError) -> list[bytes]:
         # After the headers: Anthropic's error event, and the stream ends without its stop.
-        return [frame(ErrorResponse.of(error))]
+        return [frame(MessagesError.of(error))]
 
     async for data in stream_errors(body(), "message", on_error=failed, close=driver.aclose):
         yield data

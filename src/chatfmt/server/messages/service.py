@@ -19,7 +19,7 @@ from ..chat.service import ChatService, Prepared
 from ..http.errors import ApiError
 from .output import ContentBuilder
 from .request import ChatForm, CountTokensRequest, MessagesRequest, chat_form
-from .wire import Message, StopReason, TokenCount, Usage
+from .wire import Message, MessageUsage, StopReason, TokenCount
 
 
 def message_id() -> str:
@@ -127,8 +127,8 @@ class MessagesService:
         )
 
 
-def usage_of(driver: TurnDriver) -> Usage:
-    return Usage.of(driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens)
+def usage_of(driver: TurnDriver) -> MessageUsage:
+    return MessageUsage.of(driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens)
 
 
 def stop_of(ex: Exchange, driver: TurnDriver) -> tuple[StopReason, str | None]:

@@ -57,7 +57,7 @@ class ToolUseBlock(_Wire):
 ContentBlock = TextBlock | ThinkingBlock | ToolUseBlock
 
 
-class Usage(_Wire):
+class MessageUsage(_Wire):
     """Token counts. ``input_tokens`` are the prompt tokens the engine computed; those it took
     from its prompt cache are ``cache_read_input_tokens`` (Anthropic's rule: the prompt is the
     sum of the three input fields). chatfmt writes no cache entries of its own accord, so
@@ -69,7 +69,7 @@ class Usage(_Wire):
     cache_read_input_tokens: int = 0
 
     @classmethod
-    def of(cls, prompt: int, completion: int, cached: int | None) -> Usage:
+    def of(cls, prompt: int, completion: int, cached: int | None) -> MessageUsage:
         read = min(cached or 0, prompt)
         return cls(
             input_tokens=prompt - read, output_tokens=completion, cache_read_input_tokens=read
@@ -86,7 +86,7 @@ class Message(_Wire):
     model: str
     stop_reason: StopReason | None
     stop_sequence: str | None = None
-    usage: Usage
+    usage: MessageUsage
 
 
 class TokenCount(_Wire):
@@ -151,7 +151,7 @@ class MessageDelta(_Wire):
 
     type: Literal["message_delta"] = "message_delta"
     delta: StopDelta
-    usage: Usage
+    usage: MessageUsage
 
 
 class MessageStop(_Wire):
@@ -191,20 +191,20 @@ _TYPES: dict[int, ErrorType] = {
 }
 
 
-class ErrorBody(_Wire):
+class MessagesErrorBody(_Wire):
     type: ErrorType
     message: str
 
 
-class ErrorResponse(_Wire):
+class MessagesError(_Wire):
     """Every error under ``/v1/messages``, in Anthropic's shape (also the ``error`` event of a
     stream that failed after it started)."""
 
     type: Literal["error"] = "error"
-    error: ErrorBody
+    error: MessagesErrorBody
 
     @classmethod
-    def of(cls, error: ApiError) -> ErrorResponse:
+    def of(cls, error: ApiError) -> MessagesError:
         kind = _TYPES.get(
             error.status, "invalid_request_error" if error.status < 500 else "api_error"
         )
@@ -213,10 +213,10 @@ class ErrorResponse(_Wire):
         # shape has no param of its own.
         if error.param and not message.startswith(error.param):
             message = f"{error.param}: {message}"
-        return cls(error=ErrorBody(type=kind, message=message))
+        return cls(error=MessagesErrorBody(type=kind, message=message))
 
 
 def error_json(error: ApiError) -> bytes:
     """The :data:`~chatfmt.server.http.errors.ErrorWriter` of the Messages API's routes."""
-    body = ErrorResponse.of(error)
+    body = MessagesError.of(error)
     return body.__pydantic_serializer__.to_json(body)
