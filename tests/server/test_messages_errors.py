@@ -211,3 +211,16 @@ def test_the_published_schema_shows_the_messages_bodies_and_errors(make_fake) ->
     # The OpenAI models keep their names (no two published models share one).
     assert not [name for name in schemas if "__" in name]
     assert {"ErrorResponse", "Usage", "MessageUsage"} <= set(schemas)
+
+
+def test_a_lone_surrogate_anywhere_is_refused_naming_where(make_fake) -> None:
+    raw = b'{"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "a\\ud800"}]}'
+    r = request(
+        app_of(make_fake()),
+        "POST",
+        "/v1/messages",
+        content=raw,
+        headers={"content-type": "application/json"},
+    )
+    error = error_of(r, 400)
+    assert error["message"].startswith("messages[0].content contains a lone surrogate")

@@ -22,7 +22,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from ..chat.schemas import TOOL_NAME, ChatCompletionRequest
-from ..http.bodies import lone_surrogate_at
 from ..http.errors import ApiError
 from .thinking import thinking_of, thinking_of_signature
 
@@ -120,14 +119,6 @@ class _Body(BaseModel):
                 f"it; remove it (fields: {', '.join(sorted(cls.model_fields))})"
             )
         return data
-
-    @model_validator(mode="after")
-    def _valid_text(self) -> _Body:
-        # Everything may be echoed back: a lone surrogate (from a "\ud800" escape) is no text.
-        where = lone_surrogate_at(self.model_dump(exclude_none=True))
-        if where is not None:
-            raise ValueError(f"{where} contains a lone surrogate; send valid Unicode text")
-        return self
 
 
 class CountTokensRequest(_Body):
