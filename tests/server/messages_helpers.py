@@ -148,13 +148,15 @@ def rebuild(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 def check_order(events: list[tuple[str, dict[str, Any]]]) -> None:
     """Anthropic's event grammar: message_start, ping, then per block start, deltas, stop (one
-    block at a time), then message_delta and message_stop."""
+    block at a time), then message_delta and message_stop; pings may come between blocks."""
     names = [name for name, _ in events]
     assert names[:2] == ["message_start", "ping"], names
     assert names[-2:] == ["message_delta", "message_stop"], names
     open_block: int | None = None
     for name, data in events[2:-2]:
-        if name == "content_block_start":
+        if name == "ping":
+            assert open_block is None, names
+        elif name == "content_block_start":
             assert open_block is None, names
             open_block = data["index"]
         elif name in ("content_block_delta", "content_block_stop"):

@@ -4,6 +4,7 @@ signatures, calls sent only once closed, and a failure after the stream began.""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -159,3 +160,86 @@ def test_a_stop_sequence_split_across_tokens_is_held_back(make_fake) -> None:
     message = rebuild(events)
     assert message["content"] == [{"type": "text", "text": "Count: one two "}]
     assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "STOP")
+
+
+@pytest.fixture
+def quick_pings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chatfmt.server.messages import routes
+
+    monkeypatch.setattr(routes, "FIRST_TOKEN_WAIT", 0.05)
+    monkeypatch.setattr(routes, "PING_SECONDS", 0.05)
+
+
+def test_a_slow_first_token_gets_headers_and_pings_meanwhile(make_fake, quick_pings) -> None:
+    class SlowPrompt(FakeEngine):
+        async def stream(self, prompt_ids, params):  # type: ignore[no-untyped-def,override]
+            await asyncio.sleep(0.4)  # reading a long prompt
+            async for chunk in super().stream(prompt_ids, params):
+                yield chunk
+
+    fake = SlowPrompt(load_tokenizer("qwen2.5"), ["Hello there!<|im_end|>"])
+    events = stream(create_app(fake, get_dialect("qwen2.5"), model_name="m"), body("hi"))
+    check_order(events)
+    names = [n for n, _ in events]
+    first_block = names.index("content_block_start")
+    assert names[:2] == ["message_start", "ping"] and names[2:first_block].count("ping") >= 2
+    assert rebuild(events)["content"] == [{"type": "text", "text": "Hello there!"}]
+
+
+def test_an_engine_down_after_the_headers_is_an_overloaded_error_event(quick_pings) -> None:
+    from chatfmt.errors import EngineUnavailableError
+
+    class GoesDown(FakeEngine):
+        async def stream(self, prompt_ids, params):  # type: ignore[no-untyped-def,override]
+            await asyncio.sleep(0.2)
+            raise EngineUnavailableError("the engine restarted")
+            yield  # an async generator
+
+    app = create_app(GoesDown(load_tokenizer("qwen2.5")), get_dialect("qwen2.5"), model_name="m")
+    events = stream(app, body("hi"))
+    assert events[0][0] == "message_start"
+    name, data = events[-1]
+    assert name == "error" and data["error"]["type"] == "overloaded_error"
+    assert "restarted" in data["error"]["message"]
+
+
+def test_a_client_leaving_while_the_prompt_is_read_stops_the_engine(make_fake, quick_pings) -> None:
+    from chatfmt.server.messages.request import MessagesRequest
+    from chatfmt.server.messages.routes import _stream
+    from chatfmt.server.messages.service import MessagesService
+
+    fake = make_fake(["Hello there!<|im_end|>"], delay=0.5)  # half a second to the first token
+
+    async def go() -> None:
+        app = create_app(fake, get_dialect("qwen2.5"), model_name="m")
+        svc = MessagesService(app.state.service)
+        ex = await svc.prepare(MessagesRequest.model_validate(body("hi")))
+        driver, _ = svc.chat.driver(ex.prep)
+        opening = asyncio.ensure_future(driver.open())
+        events = _stream(svc, ex, driver, opening)
+        assert b"message_start" in await events.__anext__()
+        assert b"ping" in await events.__anext__()  # the first ping of the wait
+        await events.aclose()  # the client went away
+        assert opening.cancelled()
+
+    asyncio.run(go())
+    assert fake.cancelled == 1 and fake.finished == 0
+
+
+def test_a_client_that_disconnects_over_http_stops_the_engine(make_fake, quick_pings) -> None:
+    import time
+
+    import httpx
+    from server_helpers import ServerThread
+
+    fake = make_fake(["Hello there, a long reply!<|im_end|>"], delay=0.3)
+    app = create_app(fake, get_dialect("qwen2.5"), model_name="m")
+    with ServerThread(app) as srv, httpx.Client(base_url=srv.url, timeout=10) as client:
+        with client.stream("POST", "/v1/messages", json=body("hi", stream=True)) as r:
+            assert r.status_code == 200
+            first = next(r.iter_lines())
+            assert first == "event: message_start"
+        deadline = time.monotonic() + 5
+        while fake.cancelled == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert fake.cancelled == 1 and fake.finished == 0
