@@ -38,6 +38,10 @@ def test_any_chunking_matches_whole_text(text: str, stops: list[str], cuts: list
         emitted, hit = matcher.flush()
         out.append(emitted)
     assert ("".join(out), hit) == reference(text, stops)
+    # The sequence reported is one that starts where the text was cut (the first given there).
+    cut = len("".join(out))
+    expected = next((s for s in stops if s and text.startswith(s, cut)), None) if hit else None
+    assert matcher.matched == expected
 
 
 def test_the_stop_that_starts_first_wins_even_if_another_completes_first() -> None:
@@ -50,6 +54,7 @@ def test_the_stop_that_starts_first_wins_even_if_another_completes_first() -> No
     m = StopMatcher(["<ab>", "ab"])
     assert m.feed("x<ab") == ("x", False)
     assert m.flush() == ("<", True)  # the end of the output decides
+    assert m.matched == "ab"
 
 
 def test_held_text_is_released_when_the_match_fails() -> None:
@@ -58,3 +63,19 @@ def test_held_text_is_released_when_the_match_fails() -> None:
     assert m.feed("OX") == ("STOX", False)
     assert m.feed("x STO") == ("x ", False)
     assert m.feed("P tail") == ("", True)
+
+
+def test_the_decoder_names_the_stop_string_that_ended_the_turn() -> None:
+    from chatfmt.decoding import TurnDecoder
+    from chatfmt.dialects import get_dialect
+
+    decoder = TurnDecoder(get_dialect("chatml"), stop_strings=["END", "STOP"])
+    decoder.feed_text("hello ST")
+    assert decoder.stop_string is None  # not decided yet
+    decoder.feed_text("OP and more")
+    assert decoder.stopped_by == "string" and decoder.stop_string == "STOP"
+    assert decoder.result().content == "hello "
+    # A turn that ended at its stop token names none.
+    decoder = TurnDecoder(get_dialect("chatml"), stop_strings=["END"])
+    decoder.feed_text("hello<|im_end|>")
+    assert decoder.stopped_by == "control" and decoder.stop_string is None

@@ -100,6 +100,9 @@ class StopStrings:
     def __init__(self, stops: Iterable[str]) -> None:
         self._stops = tuple(s for s in stops if s)
         self._buf = ""
+        #: The stop sequence that was hit (``None`` until one is): the one that starts first,
+        #: the earliest given of those starting there (the Messages API reports it).
+        self.matched: str | None = None
 
     def __bool__(self) -> bool:
         return bool(self._stops)
@@ -121,6 +124,7 @@ class StopStrings:
         pending = len(buf) - held_suffix(buf, self._stops) if not final else len(buf)
         if hits and first <= pending:
             self._buf = ""
+            self.matched = next(s for s in self._stops if buf.startswith(s, first))
             return buf[:first], True
         self._buf = buf[pending:]
         return buf[:pending], False
@@ -172,6 +176,11 @@ class TurnDecoder:
     def done(self) -> bool:
         """Whether the turn has ended."""
         return self.stopped_by is not None
+
+    @property
+    def stop_string(self) -> str | None:
+        """The stop string that ended the turn (``stopped_by == "string"``), else ``None``."""
+        return self._stops.matched if self.stopped_by == "string" else None
 
     # ==== Input ====
 

@@ -124,3 +124,17 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def parse_named_sse(body: str) -> list[tuple[str, dict[str, Any]]]:
+    """The events of an SSE body whose every event is named (``event: NAME``, then one
+    ``data:`` line of JSON), as ``(name, data)`` pairs."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for block in body.split("\n\n"):
+        if not block.strip():
+            continue
+        lines = block.split("\n")
+        assert len(lines) == 2 and lines[0].startswith("event: "), block
+        assert lines[1].startswith("data: "), block
+        out.append((lines[0][len("event: ") :], json.loads(lines[1][len("data: ") :])))
+    return out

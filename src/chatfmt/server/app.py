@@ -16,10 +16,20 @@ from ..store import AsyncStore, Storage
 from .chat.routes import build_router
 from .chat.schemas import ChatCompletionChunk, ChatCompletionRequest
 from .chat.service import ChatService
-from .http.bodies import ApiKeys, check_api_key, error_response, install_error_handler
+from .http.bodies import (
+    ApiKeys,
+    add_error_shape,
+    check_api_key,
+    error_response,
+    install_error_handler,
+)
 from .http.errors import ApiError, validation_error
 from .http.limits import DEFAULT_LIMITS, BodyLimitMiddleware, ServerLimits
 from .http.openapi import publish_models
+from .messages.request import CountTokensRequest, MessagesRequest
+from .messages.routes import build_messages_router
+from .messages.service import MessagesService
+from .messages.wire import error_json
 from .metrics import CountRequests, MeteredEngine, ServerMetrics
 from .responses.input import ResponsesRequest
 from .responses.routes import build_responses_router
@@ -54,7 +64,8 @@ def create_app(
     call_grammar: bool = True,
     store: Storage | None = None,
 ) -> FastAPI:
-    """An OpenAI-compatible app serving ``engine`` through ``dialect``.
+    """An OpenAI-compatible app serving ``engine`` through ``dialect`` (and Anthropic's
+    Messages API, on the same pipeline).
 
     Everything the app needs lives on it (``app.state.service``, ``app.state.limits``,
     ``app.state.service.metrics`` behind ``GET /metrics``); there
@@ -100,10 +111,10 @@ def create_app(
     app.add_middleware(CountRequests, metrics=metrics, routes=app.router)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         # FastAPI answers 422; OpenAI clients expect 400 for a malformed request.
         errors = [{**e, "loc": tuple(e.get("loc", ()))[1:]} for e in exc.errors()]  # no "body"
-        return error_response(validation_error(errors))
+        return error_response(validation_error(errors), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -114,19 +125,20 @@ def create_app(
             # served by several routes (GET and DELETE of one response) allows them all.
             headers["Allow"] = ", ".join(allowed_methods(request))
         error = ApiError(exc.status_code, str(exc.detail), type=kind, headers=headers)
-        return error_response(error)
+        return error_response(error, request)
 
     @app.exception_handler(StoreError)
-    async def _store_error(_request: Request, exc: StoreError) -> Response:
+    async def _store_error(request: Request, exc: StoreError) -> Response:
         # The database is down or refused (the routes handle a full store and a broken chain
         # themselves): a 503 that says so, not an internal error of chatfmt's.
         log.warning("the response store failed: %s", exc)
         return error_response(
-            ApiError(503, f"{exc}; retry later", type="server_error", code="store_unavailable")
+            ApiError(503, f"{exc}; retry later", type="server_error", code="store_unavailable"),
+            request,
         )
 
     @app.exception_handler(Exception)
-    async def _internal_error(_request: Request, exc: Exception) -> Response:
+    async def _internal_error(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error while serving a request")
         error = ApiError(
             500,
@@ -136,18 +148,30 @@ def create_app(
             # client does not send its next request on it.
             headers={"Connection": "close"},
         )
-        return error_response(error)
+        return error_response(error, request)
 
     app.include_router(build_router(service, api_key=api_key))
     app.state.store = store
     # The store's calls run on its own threads (AsyncStore), never in the pool rendering uses.
     kept = None if store is None else AsyncStore(store)
     app.include_router(build_responses_router(ResponsesService(service, kept), api_key=api_key))
+    # Anthropic's Messages API, on the same chat service; everything under its path answers
+    # errors in its shape (a 404 of a path below it and a 413 of the middleware included).
+    app.include_router(build_messages_router(MessagesService(service), api_key=api_key))
+    add_error_shape(app, "/v1/messages", error_json)
+
+    @app.head("/", include_in_schema=False)
+    async def _probe() -> Response:
+        # Claude Code checks that its base URL answers before it sends anything.
+        return Response(status_code=200)
+
     publish_models(
         app,
         ChatCompletionRequest,
         ChatCompletionChunk,
         ResponsesRequest,
+        MessagesRequest,
+        CountTokensRequest,
         drop_validation_errors=True,
     )
     return app

@@ -1,7 +1,8 @@
 """Request and response plumbing shared by the API (``server/``) and the web chat (``web/``):
-the bearer-token check, JSON bodies in (``application/json`` only, finite numbers only, within
+the API-key check, JSON bodies in (``application/json`` only, finite numbers only, within
 the :class:`~chatfmt.server.http.limits.ServerLimits` counts) and out, and errors answered in
-OpenAI's shape.
+OpenAI's shape, or in the shape of the API that a path prefix belongs to
+(:func:`add_error_shape`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.requests import ClientDisconnect
 
 from ...errors import ChatFmtError
-from .errors import ApiError, ClientGone, validation_error
+from .errors import SHAPES_STATE, ApiError, ClientGone, ErrorWriter, error_body, validation_error
 from .limits import DEFAULT_LIMITS, ServerLimits, count_problem
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -52,13 +53,27 @@ def json_response(
     )
 
 
-def error_response(error: ApiError) -> Response:
-    return json_response(error.body(), error.status, headers=error.headers)
+def add_error_shape(app: FastAPI, prefix: str, writer: ErrorWriter) -> None:
+    """Answer errors of requests to ``prefix`` (the path itself and everything under it) in the
+    shape ``writer`` writes, rather than OpenAI's: the errors of routes, of the framework (404,
+    405) and of the app's middleware (413) alike."""
+    shapes = dict(getattr(app.state, SHAPES_STATE, None) or {})
+    shapes[prefix.rstrip("/")] = writer
+    setattr(app.state, SHAPES_STATE, shapes)
 
 
-async def _answer_api_error(_request: Request, exc: Exception) -> Response:
+def error_response(error: ApiError, request: Request | None = None) -> Response:
+    """``error`` answered, in the shape of the API ``request`` went to (see
+    :func:`error_body`)."""
+    body = error_body(request.scope if request is not None else None, error)
+    return Response(
+        content=body, status_code=error.status, media_type=JSON_MEDIA_TYPE, headers=error.headers
+    )
+
+
+async def _answer_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc)
+    return error_response(exc, request)
 
 
 def install_error_handler(app: FastAPI) -> None:
@@ -95,21 +110,31 @@ def check_api_key(api_key: ApiKeys) -> None:
             )
 
 
-def require_bearer(request: Request, api_key: ApiKeys) -> str | None:
+def require_bearer(
+    request: Request, api_key: ApiKeys, *, key_header: str | None = None
+) -> str | None:
     """401 unless the request carries ``Authorization: Bearer <key>`` with one of the keys (if
-    any is set); returns the key it carried (``None`` when the server has none)."""
+    any is set); returns the key it carried (``None`` when the server has none).
+
+    ``key_header`` names a header that may carry the key instead (the Anthropic API's
+    ``x-api-key``); when a request sends it, it is the one checked."""
     keys = _keys(api_key)
     if not keys:
         return None
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    own = request.headers.get(key_header) if key_header is not None else None
+    if own is not None:
+        scheme, token = "bearer", own
+    else:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
     sent = token.strip().encode()
     # Every key is compared (in constant time each), so timing tells nothing about which.
     matches = [k for k in keys if secrets.compare_digest(sent, k.encode())]
     if scheme.lower() != "bearer" or not matches:
+        how = "'Authorization: Bearer <key>'"
+        if key_header is not None:
+            how = f"'{key_header}: <key>' or {how}"
         raise ApiError(
-            401,
-            "invalid or missing API key; send the header 'Authorization: Bearer <key>'",
-            code="invalid_api_key",
+            401, f"invalid or missing API key; send the header {how}", code="invalid_api_key"
         )
     return matches[0]
 

@@ -1,12 +1,15 @@
 """Errors in OpenAI's shape, ``{"error": {message, type, param, code}}``: the API and the web chat.
 
 Route and service code raises :class:`ApiError`; :func:`.bodies.install_error_handler` answers
-it on an app. (No web-framework types here: the service raises these too.)
+it on an app. An API whose errors have another shape (the Messages API) registers an
+:data:`ErrorWriter` for its path prefix (:func:`.bodies.add_error_shape`), and
+:func:`error_body` writes each error in the shape of the path it was answered on. (No
+web-framework types here: the service raises these too.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -64,6 +67,36 @@ class ApiError(Exception):
         return ErrorResponse(
             error=ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code)
         )
+
+
+#: Writes an :class:`ApiError` as the JSON body of an API whose errors have another shape
+#: than OpenAI's (see :func:`.bodies.add_error_shape`).
+ErrorWriter = Callable[[ApiError], bytes]
+
+
+#: The attribute of an app's ``state`` that maps path prefixes to their :data:`ErrorWriter`.
+SHAPES_STATE = "error_shapes"
+
+
+def error_body(scope: Mapping[str, Any] | None, error: ApiError) -> bytes:
+    """``error``'s JSON body in the shape of the API that the request's path belongs to
+    (:func:`.bodies.add_error_shape`; OpenAI's by default, and without a request)."""
+    writer = _writer_for(scope) if scope is not None else None
+    if writer is not None:
+        return writer(error)
+    return error.body().model_dump_json().encode()
+
+
+def _writer_for(scope: Mapping[str, Any]) -> ErrorWriter | None:
+    # Starlette puts the app in the scope before its middleware runs.
+    shapes = getattr(getattr(scope.get("app"), "state", None), SHAPES_STATE, None)
+    if not shapes:
+        return None
+    path = str(scope.get("path", ""))
+    for prefix, writer in shapes.items():
+        if path == prefix or path.startswith(prefix + "/"):
+            return writer  # type: ignore[no-any-return]
+    return None
 
 
 class ClientGone(Exception):

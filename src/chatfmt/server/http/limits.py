@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import ApiError
+from .errors import ApiError, error_body
 
 MIB = 1024 * 1024
 
@@ -180,7 +180,7 @@ class BodyLimitMiddleware:
         for name, value in scope["headers"]:
             # A malformed Content-Length never gets here: the HTTP parser answers 400 itself.
             if name == b"content-length" and value.strip().isdigit() and int(value) > limit:
-                await send_error(send, BodyTooLarge(limit))
+                await send_error(send, BodyTooLarge(limit), scope)
                 return
         received = 0
         started = False
@@ -205,12 +205,13 @@ class BodyLimitMiddleware:
             # The app's handlers answer ApiError; this is for a reader outside them.
             if started:
                 raise
-            await send_error(send, exc)
+            await send_error(send, exc, scope)
 
 
-async def send_error(send: Send, error: ApiError) -> None:
-    """Answer ``error`` through a bare ASGI ``send`` (outside the app's handlers)."""
-    body = error.body().model_dump_json().encode()
+async def send_error(send: Send, error: ApiError, scope: Scope | None = None) -> None:
+    """Answer ``error`` through a bare ASGI ``send`` (outside the app's handlers), in the
+    shape of the API ``scope``'s path belongs to (OpenAI's without a scope)."""
+    body = error_body(scope, error)
     headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()]
     headers += [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})

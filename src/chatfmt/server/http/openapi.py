@@ -45,9 +45,12 @@ def json_body(model: type[pydantic.BaseModel]) -> dict[str, Any]:
     }
 
 
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` entries for the errors a route answers, in OpenAI's error shape."""
-    return {s: {"model": ErrorResponse, "description": _ERRORS[s]} for s in statuses}
+def error_responses(
+    *statuses: int, model: type[pydantic.BaseModel] = ErrorResponse
+) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for the errors a route answers, in OpenAI's error shape (or
+    ``model``'s, for an API with errors of its own shape)."""
+    return {s: {"model": model, "description": _ERRORS[s]} for s in statuses}
 
 
 def event_stream_ok(
