@@ -272,7 +272,7 @@ def test_disable_parallel_tool_use_keeps_one_call(make_fake) -> None:
 
 
 def test_sampling_fields_reach_the_engine(make_fake) -> None:
-    fake = make_fake()
+    fake = make_fake(sampling=["top_k"])  # the fake refuses a field it is not told it takes
     create(app_of(fake), body("hi", temperature=0.25, top_p=0.5, top_k=7, max_tokens=12))
     params = fake.params[0]
     assert (params.temperature, params.top_p, params.top_k, params.max_tokens) == (0.25, 0.5, 7, 12)

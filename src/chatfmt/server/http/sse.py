@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import TypeVar
 
 import anyio
@@ -53,7 +53,7 @@ async def stream_errors(
     *,
     on_error: Callable[[ApiError], Iterable[bytes]] = error_frame,
     close: Callable[[], Awaitable[None]] | None = None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """``body``, with a failure after the headers went out reported in the stream.
 
     The headers are sent, so an error can no longer be a status code: an engine failure
