@@ -206,7 +206,23 @@ def check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
 LogitBias = Annotated[dict[str, float] | None, AfterValidator(check_logit_bias)]
 
 
-class ChatCompletionRequest(_Lenient):
+class SamplingFields(BaseModel):
+    """The sampling fields of chat completions, which the Responses API takes too (chatfmt's
+    and vLLM's extension): OpenAI's, and vLLM's and llama.cpp's ``top_k`` … ``repetition_penalty``
+    (``top_k`` -1 and 0: no limit, as vLLM takes them)."""
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: StrictInt | None = None
+    top_k: StrictInt | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    logit_bias: LogitBias = None
+
+
+class ChatCompletionRequest(_Lenient, SamplingFields):
     """The body of ``POST /v1/chat/completions`` (and of ``POST /tokenize``)."""
 
     model: str | None = None
@@ -218,16 +234,6 @@ class ChatCompletionRequest(_Lenient):
     stop: str | list[str] | None = None
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: StrictInt | None = None
-    #: Not OpenAI's, but vLLM's and llama.cpp's (-1 and 0: no limit, as vLLM takes them).
-    top_k: StrictInt | None = Field(default=None, ge=-1)
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    repetition_penalty: float | None = Field(default=None, gt=0)
-    logit_bias: LogitBias = None
     logprobs: StrictBool | None = None
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
     n: StrictInt | None = Field(default=None, ge=1)

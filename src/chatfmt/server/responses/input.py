@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from ..chat.schemas import ChatCompletionRequest, LogitBias
+from ..chat.schemas import ChatCompletionRequest, SamplingFields
 from ..http.bodies import lone_surrogate_at
 from ..http.errors import ApiError
 from .output import reasoning_of_blob
@@ -51,8 +51,10 @@ class Reasoning(BaseModel):
     summary: str | None = None
 
 
-class ResponsesRequest(BaseModel):
-    """The body of ``POST /v1/responses`` (fields chatfmt does not use are ignored)."""
+class ResponsesRequest(SamplingFields):
+    """The body of ``POST /v1/responses`` (fields chatfmt does not use are ignored); besides
+    OpenAI's ``temperature`` and ``top_p``, chat completions' other sampling fields are taken
+    alike (as vLLM does)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -64,19 +66,9 @@ class ResponsesRequest(BaseModel):
     parallel_tool_calls: bool | None = None
     text: dict[str, Any] | None = None
     max_output_tokens: StrictInt | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
     #: Alternatives listed with each token's log-probability (turns them on, as ``include``
     #: ``message.output_text.logprobs`` does).
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
-    # Not OpenAI's Responses fields but chat completions' (and vLLM's): taken alike.
-    seed: StrictInt | None = None
-    top_k: StrictInt | None = Field(default=None, ge=-1)
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    repetition_penalty: float | None = Field(default=None, gt=0)
-    logit_bias: LogitBias = None
     store: StrictBool = True
     previous_response_id: str | None = None
     include: list[str] | None = None
