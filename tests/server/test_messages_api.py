@@ -278,6 +278,11 @@ def test_sampling_fields_reach_the_engine(make_fake) -> None:
     assert (params.temperature, params.top_p, params.top_k, params.max_tokens) == (0.25, 0.5, 7, 12)
     create(app_of(fake), body("hi"))
     assert (fake.params[1].temperature, fake.params[1].top_k) == (1.0, 0)  # Anthropic's defaults
+    # An engine that cannot honour top_k refuses it before generating, naming it.
+    r = post(app_of(make_fake()), "/v1/messages", body("hi", top_k=7))
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["message"].startswith("top_k cannot be honoured")
 
 
 def test_a_stop_sequence_is_reported(make_fake) -> None:

@@ -171,6 +171,7 @@ def chat_form(req: _Body) -> ChatForm:
             if not stop:
                 raise bad("a stop sequence must not be empty", f"stop_sequences.{i}")
         body.update(stop=stops or None, temperature=req.temperature, top_p=req.top_p)
+        body["top_k"] = req.top_k  # checked against what the engine honours, as chat's is
         body["stream"] = req.stream
     try:
         chat = ChatCompletionRequest.model_validate(

@@ -42,7 +42,8 @@ KEY_HEADER = "x-api-key"
 #: an engine that is down is a 503 with its error; past it, ``message_start`` goes out and a
 #: ``ping`` every :data:`PING_SECONDS` while the engine reads the prompt, as Anthropic's API
 #: does: Claude Code's prompt is some 21,000 tokens, which a small machine reads for minutes,
-#: and a client that gets no headers gives up and sends it again (every 5 minutes, measured).
+#: and a connection silent that long is dropped by clients and proxies (Claude Code sent its
+#: request again every 5 minutes while it got no headers; measured).
 FIRST_TOKEN_WAIT = 2.0
 PING_SECONDS = 10.0
 

@@ -94,9 +94,7 @@ class MessagesService:
         form = chat_form(req)
         prep = await self._prepare(form)
         room = prep.params.max_tokens  # no max_tokens in the chat request: all the room left
-        prep.params = replace(
-            prep.params, max_tokens=min(req.max_tokens, room), top_k=req.top_k or 0
-        )
+        prep.params = replace(prep.params, max_tokens=min(req.max_tokens, room))
         return Exchange(req, prep, form.show_thinking, capped=req.max_tokens > room)
 
     async def count(self, req: CountTokensRequest) -> TokenCount:
