@@ -282,7 +282,9 @@ def test_sampling_fields_reach_the_engine(make_fake) -> None:
     r = post(app_of(make_fake()), "/v1/messages", body("hi", top_k=7))
     assert r.status_code == 400, r.text
     error = r.json()["error"]
-    assert error["type"] == "invalid_request_error" and error["message"].startswith("top_k cannot be honoured")
+    assert error["type"] == "invalid_request_error" and error["message"].startswith(
+        "top_k cannot be honoured"
+    )
 
 
 def test_a_stop_sequence_is_reported(make_fake) -> None:
