@@ -176,15 +176,45 @@ def test_serve_uses_the_detected_dialect_and_says_so(
     assert engine_calls[0]["text_controls"] == get_dialect("chatml").text_controls
 
 
-def test_a_named_dialect_is_used_as_given(
+def test_a_named_dialect_is_checked_against_the_template_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], engine_calls: list[dict[str, Any]]
 ) -> None:
     path = write_gguf(tmp_path / "phi.gguf", template=UNKNOWN)
     argv = ["serve", "--model", str(path), "--dialect", "chatml", "--port", "1", "--no-store"]
     assert main([*argv, "--no-web"]) == 2
     err = capsys.readouterr().err
-    assert "cannot tell" not in err and err.rstrip().endswith("engine reached")
-    assert len(engine_calls) == 1
+    assert "the chatml dialect does not render what the model's chat template renders" in err
+    assert "template: '<|user|>' dialect: '<|im_start|>user'" in err  # one line
+    assert "--no-template-check" in err and engine_calls == []
+    # Chosen explicitly, it is served anyway, with the difference in the log.
+    assert main([*argv, "--no-web", "--no-template-check"]) == 2
+    err = capsys.readouterr().err
+    assert "warning: the chatml dialect does not render" in err
+    assert err.rstrip().endswith("engine reached") and len(engine_calls) == 1
+
+
+def test_a_template_that_writes_no_tools_is_served_for_chat_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatfmt.engines.fake import FakeEngine
+    from chatfmt.tokenizers import load_tokenizer
+
+    apps: list[Any] = []
+
+    def build_engine(model: str = "default", **options: Any) -> FakeEngine:
+        return FakeEngine(load_tokenizer("qwen2.5"), ["Hello!<|im_end|>"])
+
+    def configure(app: Any, engine: Any, dialect: Any) -> None:
+        apps.append(app)
+        raise EngineReached("configured")
+
+    monkeypatch.setattr(serve, "build_engine", build_engine)
+    path = write_gguf(tmp_path / "plain.gguf", template=PLAIN_CHATML)
+    with pytest.raises(EngineReached):
+        serve.run_server(str(path), port=1, configure=configure)
+    assert "the template writes no tools: for chat only" in capsys.readouterr().err
+    service = apps[0].state.service
+    assert service.chat_only
 
 
 def test_chat_detects_the_dialect_too(
@@ -210,3 +240,17 @@ def test_chat_detects_the_dialect_too(
     assert main(["chat", "--dialect", "qwen2.5"]) == 0
     assert main(["chat", "--dialect", "qwen2.5", "--engine", "local"]) == 0
     assert [b["engine"] for b in built] == ["llama-server", "local"]
+
+
+def test_chat_refuses_tools_for_a_model_whose_template_writes_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine_calls: list[dict[str, Any]]
+) -> None:
+    path = write_gguf(tmp_path / "plain.gguf", template=PLAIN_CHATML)
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from chatfmt.tools import tool\n\n\n@tool\ndef add(a: int, b: int) -> int:\n"
+        '    """Add."""\n    return a + b\n'
+    )
+    assert main(["chat", "--model", str(path), "--tools", str(tools)]) == 2
+    err = capsys.readouterr().err
+    assert "shows it no tools" in err and "without --tools" in err and engine_calls == []

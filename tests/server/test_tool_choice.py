@@ -154,3 +154,38 @@ def test_stop_string_inside_arguments_leaves_the_call_incomplete(make_fake, qwen
         for tc in e["choices"][0]["delta"].get("tool_calls") or ()
     )
     assert streamed == call["function"]["arguments"]
+
+
+def test_a_chat_only_model_refuses_tools_in_every_api(make_fake, qwen_dialect) -> None:  # type: ignore[no-untyped-def]
+    """Served for chat only (its template shows the model no tools): a request with tools is
+    a 400 naming them, in chat completions, Responses and Messages alike; without, it runs."""
+    from fastapi.testclient import TestClient
+
+    engine = make_fake(["Hello!<|im_end|>"] * 2)
+    app = create_app(engine, qwen_dialect, model_name="m", chat_only=True)
+    r = chat(app, {"messages": USER_HI, "tools": [WEATHER_TOOL]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "tools" and error["code"] == "tools_not_supported"
+    assert "served for chat only" in error["message"]
+    assert chat(app, {"messages": USER_HI}).status_code == 200
+    called = [
+        *USER_HI,
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{}"}},
+        ]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]  # fmt: skip
+    r = chat(app, {"messages": called})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[1].tool_calls"
+    fn = WEATHER_TOOL["function"]
+    with TestClient(app) as client:
+        tool = {"type": "function", **fn}
+        r = client.post("/v1/responses", json={"input": "hi", "tools": [tool]})
+        assert r.status_code == 400 and "served for chat only" in r.text, r.text
+        anthropic_tool = {"name": fn["name"], "input_schema": fn["parameters"]}
+        body = {"model": "m", "max_tokens": 8, "messages": USER_HI, "tools": [anthropic_tool]}
+        r = client.post("/v1/messages", json=body)
+        assert r.status_code == 400 and "served for chat only" in r.text, r.text
+    assert engine.prompts == [engine.prompts[0]]  # only the request without tools ran

@@ -175,13 +175,20 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from .chat import choose_system, run_chat
-    from .serve import build_engine, default_dialect
+    from .serve import build_engine, check_template, default_dialect
 
     tools = load_tools_file(args.tools) if args.tools else None
     named = get_dialect(args.dialect) if args.dialect else None
     if named is None and Path(args.model).expanduser().is_file():
         # Told from the file's header before the model loads: a wrong file fails at once.
         named = default_dialect(args.model, log=sys.stderr)
+    if named is not None and Path(args.model).expanduser().is_file():
+        required = not args.no_template_check
+        if check_template(args.model, named, required=required, log=sys.stderr) and tools:
+            raise UsageError(
+                "the model's chat template shows it no tools, so it was not trained to call "
+                "any: run it without --tools"
+            )
     controls = named.text_controls if named else None
     options = engine_options(args)
     # The same engine as serve's by default (constrained calls, prompt cache, batching).
@@ -276,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="system prompt (default: with --interpreter and/or --tools, the default "
                    "prompt of those modes, both joined when both are given; none otherwise); "
                    "--system '' for none")  # fmt: skip
+    p.add_argument("--no-template-check", action="store_true",
+                   help="use a GGUF model's dialect even where its own chat template renders "
+                   "differently (default: refuse, showing the difference)")  # fmt: skip
     add_kernel_options(p)
     p.set_defaults(func=cmd_chat)
 

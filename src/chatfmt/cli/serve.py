@@ -213,6 +213,45 @@ def default_dialect(
     return get_dialect(detection.name)
 
 
+def check_template(model: str, dialect: Dialect, *, required: bool, log: TextIO) -> bool:
+    """Serve the GGUF file ``model`` with ``dialect`` only if it renders what the model's own
+    chat template renders (:mod:`chatfmt.template`): otherwise a
+    :class:`~chatfmt.errors.ChatFmtError` that shows the first difference, unless not
+    ``required`` (then ``log`` is warned). ``log`` is told the outcome either way. Returns
+    whether the model is for chat only (its template writes no tools, the dialect would)."""
+    from ..template import TemplateError
+    from ..template.model import check_model
+
+    override = f"pass --no-template-check to serve it with the {dialect.name} dialect anyway"
+    try:
+        result = check_model(Path(model).expanduser(), dialect)
+    except TemplateError as exc:
+        if required:
+            raise ChatFmtError(
+                f"cannot check the {dialect.name} dialect against {model}'s chat template: "
+                f"{exc}; {override}"
+            ) from None
+        print(f"chatfmt: warning: the chat template is not checked: {exc}", file=log, flush=True)
+        return False
+    if result is None:
+        print(
+            f"chatfmt: {model} carries no chat template: the {dialect.name} dialect is not "
+            "checked against one",
+            file=log,
+            flush=True,
+        )
+    elif result.ok:
+        print(f"chatfmt: {result.message}", file=log, flush=True)
+    elif required:
+        raise ChatFmtError(
+            f"{result.message}\nThe model would be served in a format it was not trained on. "
+            f"Choose the dialect of its format with --dialect, or {override}."
+        )
+    else:
+        print(f"chatfmt: warning: {result.message}", file=log, flush=True)
+    return result is not None and result.chat_only
+
+
 def no_dialect_message(model: str, detection: Detection) -> str:
     """The error of a model whose dialect could not be detected: why, and what to pass."""
     return (
@@ -257,6 +296,7 @@ def run_server(
     store: str | None = None,
     store_max_age_days: float | None = 30.0,
     store_max_mb: float | None = None,
+    template_check: bool = True,
 ) -> None:
     """Serve ``model`` over HTTP until interrupted; prints the URL once it is accepting.
 
@@ -269,6 +309,8 @@ def run_server(
     ``store`` keeps Responses API responses and web chat conversations: a SQLite file's path,
     or a ``postgresql://`` URL that replicas share (``None``: none are kept); rows older than
     ``store_max_age_days`` are deleted, and the oldest past ``store_max_mb``.
+    A GGUF file's dialect is checked against the model's own chat template
+    (:func:`check_template`); ``template_check=False`` serves it anyway, with a warning.
 
     Raises :class:`~chatfmt.errors.ChatFmtError` (or ``MissingDependencyError``) with a
     message naming the fix when the model, engine or extras are missing.
@@ -285,6 +327,9 @@ def run_server(
     named = get_dialect(dialect) if dialect else None
     if named is None and model != "default" and Path(model).expanduser().is_file():
         named = default_dialect(model, log=sys.stderr)
+    chat_only = False
+    if named is not None and model != "default" and Path(model).expanduser().is_file():
+        chat_only = check_template(model, named, required=template_check, log=sys.stderr)
     kept = (
         open_store(store, max_age_days=store_max_age_days, max_mb=store_max_mb)
         if store is not None
@@ -321,6 +366,7 @@ def run_server(
             limits=limits,
             call_grammar=call_grammar,
             store=kept,
+            chat_only=chat_only,
         )
         if configure is not None:
             configure(app, app.state.service.engine, chosen)  # the engine /metrics counts
@@ -430,6 +476,12 @@ def add_serve_parser(sub: Any) -> None:
         default=30.0,
         metavar="SECONDS",
         help="on SIGTERM or Ctrl+C, how long requests in flight may take to finish (default: 30)",
+    )
+    p.add_argument(
+        "--no-template-check",
+        action="store_true",
+        help="serve a GGUF model with its dialect even where the model's own chat template "
+        "renders the probe conversations differently (default: refuse, showing the difference)",
     )
     p.add_argument(
         "--no-call-grammar",
@@ -565,6 +617,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         stream_interval=args.stream_interval,
         drain_timeout=args.drain_timeout,
         call_grammar=not args.no_call_grammar,
+        template_check=not args.no_template_check,
         limits=server_limits(args),
         configure=None if args.no_web else configure,
         **{**engine_options(args), "engine": args.engine or "llama-server"},

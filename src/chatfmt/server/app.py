@@ -63,6 +63,7 @@ def create_app(
     limits: ServerLimits = DEFAULT_LIMITS,
     call_grammar: bool = True,
     store: Storage | None = None,
+    chat_only: bool = False,
 ) -> FastAPI:
     """An OpenAI-compatible app serving ``engine`` through ``dialect`` (and Anthropic's
     Messages API, on the same pipeline).
@@ -81,6 +82,7 @@ def create_app(
     Tool calls are constrained to the dialect's call grammar where the engine can (see
     :meth:`ChatService._constraint`); ``call_grammar=False`` leaves the calls a model may
     choose to make free (forced calls, strict tools and ``response_format`` still are not).
+    ``chat_only``: requests with tools are refused (the model's template writes none).
     """
     metrics = ServerMetrics(engine)
     # Generations are counted at the engine, so routes added later (the web chat, which
@@ -93,6 +95,7 @@ def create_app(
         limits=limits,
         metrics=metrics,
         call_grammar=call_grammar,
+        chat_only=chat_only,
     )
     check_api_key(api_key)
     # No /docs or /redoc: FastAPI's pages load scripts from CDNs, on the origin of the API and

@@ -242,12 +242,13 @@ _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?",
 _GGUF_STRING = 8
 _GGUF_ARRAY = 9
 
-GGUFValue = str | int | float | bool
+GGUFValue = str | int | float | bool | tuple[str, ...]
 
 
 def read_gguf_metadata(path: str | Path, keys: Collection[str]) -> dict[str, GGUFValue]:
-    """The values of ``keys`` (those present, and only scalars and strings) in the header of
-    the GGUF file at ``path``, such as ``general.architecture`` and ``tokenizer.chat_template``.
+    """The values of ``keys`` (those present: scalars, strings and arrays of strings) in the
+    header of the GGUF file at ``path``, such as ``general.architecture`` and
+    ``tokenizer.chat_template``.
 
     Read in Python from the file's header (mapped, so the weights are never read), so that a
     command can decide what to do with a model before loading it, with or without llama.cpp.
@@ -317,6 +318,17 @@ def _read_header(data: mmap.mmap, wanted: set[str]) -> dict[str, GGUFValue]:
         elif key in wanted and kind in _GGUF_SCALARS:
             (found[key],) = struct.unpack_from(order + _GGUF_SCALARS[kind], data, pos)
             pos = skip(kind, pos)
+        elif (
+            key in wanted
+            and kind == _GGUF_ARRAY
+            and struct.unpack_from(order + "I", data, pos)[0] == _GGUF_STRING
+        ):
+            (count,) = struct.unpack_from(order + "Q", data, pos + 4)
+            items, pos = [], pos + 12
+            for _ in range(count):
+                item, pos = string(pos)
+                items.append(item)
+            found[key] = tuple(items)
         else:
             pos = skip(kind, pos)
     return found

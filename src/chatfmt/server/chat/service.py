@@ -150,9 +150,13 @@ class ChatService:
         limits: ServerLimits = DEFAULT_LIMITS,
         metrics: ServerMetrics | None = None,
         call_grammar: bool = True,
+        chat_only: bool = False,
     ) -> None:
         self.engine = engine
         self.call_grammar = call_grammar
+        #: The model's own template writes no tools (see :mod:`chatfmt.template`): requests
+        #: with tools are refused rather than described in a way the model never saw.
+        self.chat_only = chat_only
         self.dialect = dialect
         self.model_name = model_name
         self.limits = limits
@@ -227,6 +231,8 @@ class ChatService:
             lookup = self._conversations.messages(req.messages)
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
+        if self.chat_only:
+            self._check_chat_only(req)
         declared_tools = self._tools.tools(req.tools) if req.tools else ()
         tools = self._select_tools(req, declared_tools)
         enabled, effort = controls_of(
@@ -485,6 +491,21 @@ class ChatService:
             return ()
         name = None if choice == "required" else tools[0].name
         return dialect.forced_call_prefix(name)
+
+    @staticmethod
+    def _check_chat_only(req: ChatCompletionRequest) -> None:
+        """A model served for chat only takes no tools, and no calls or results in history:
+        the format would write them as its template never did."""
+        called = next((i for i, m in enumerate(req.messages) if m.get("tool_calls")), None)
+        if req.tools or called is not None:
+            raise ApiError(
+                400,
+                "this model is served for chat only: its chat template shows the model no tools, "
+                "so it was not trained to call any; send the request without "
+                + ("'tools'" if req.tools else "tool calls in its messages"),
+                param="tools" if req.tools else f"messages[{called}].tool_calls",
+                code="tools_not_supported",
+            )
 
     def _select_tools(
         self, req: ChatCompletionRequest, declared: tuple[Tool, ...] = ()
