@@ -123,4 +123,4 @@ def test_every_detected_reference_template_is_served_exactly_or_refused() -> Non
         if result.ok:
             assert len(result.compared) >= 3, (path.name, result.skipped)
     assert refused == REFUSED
-    assert len(served) >= 20  # Qwen, GLM, Kimi, DeepSeek, Granite, Nemotron, Gemma, MiniMax
+    assert len(served) == 21  # Qwen, GLM, Kimi, DeepSeek, Granite, Nemotron, Gemma, MiniMax

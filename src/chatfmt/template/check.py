@@ -93,51 +93,29 @@ class Probe:
     generation_prompt: bool = True
 
 
+def _chat(*turns: tuple[str, str], tools: Sequence[Any] = ()) -> dict[str, Any]:
+    body: dict[str, Any] = {"messages": [{"role": r, "content": c} for r, c in turns]}
+    return {**body, "tools": list(tools)} if tools else body
+
+
+_SYSTEM = ("system", "You are a terse assistant.")
+
 PROBES: tuple[Probe, ...] = (
-    Probe("one user message", {"messages": [{"role": "user", "content": "Hello!"}]}),
-    Probe(
-        "a system prompt",
-        {
-            "messages": [
-                {"role": "system", "content": "You are a terse assistant."},
-                {"role": "user", "content": "Hi"},
-            ]
-        },
-    ),
+    Probe("one user message", _chat(("user", "Hello!"))),
+    Probe("a system prompt", _chat(_SYSTEM, ("user", "Hi"))),
     Probe(
         "several turns",
-        {
-            "messages": [
-                {"role": "system", "content": "You are a terse assistant."},
-                {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "Hello! How can I help?"},
-                {"role": "user", "content": "What is 2 + 2?"},
-            ]
-        },
+        _chat(_SYSTEM, ("user", "Hi"), ("assistant", "Hello! How can I help?"), ("user", "2+2?")),
     ),
     Probe(
         "a reply at the end, no generation prompt",
-        {
-            "messages": [
-                {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "Hello!"},
-            ]
-        },
+        _chat(("user", "Hi"), ("assistant", "Hello!")),
         generation_prompt=False,
     ),
-    Probe(
-        "tools",
-        {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [_WEATHER]},
-    ),
+    Probe("tools", _chat(("user", "Weather in Paris?"), tools=[_WEATHER])),
     Probe(
         "a system prompt and tools",
-        {
-            "messages": [
-                {"role": "system", "content": "Answer briefly."},
-                {"role": "user", "content": "Weather in Paris?"},
-            ],
-            "tools": [_WEATHER, _TIME],
-        },
+        _chat(("system", "Answer briefly."), ("user", "Weather?"), tools=[_WEATHER, _TIME]),
     ),
     Probe(
         "a call, its result and the answer",
@@ -233,29 +211,17 @@ class TemplateCheck:
 
 
 def template_messages(conv: Conversation) -> list[dict[str, Any]]:
-    """``conv`` as the message dicts a serving stack passes to a chat template: reasoning as
-    ``reasoning_content``, call arguments as objects, ``observation`` as ``tool``, and a
-    missing content (a reply that only calls tools) as ``""``: some templates print a
-    missing one as ``None``, which no model was trained on."""
-    out: list[dict[str, Any]] = []
+    """``conv`` as the message dicts a serving stack passes to a chat template: OpenAI's
+    (reasoning as ``reasoning_content``, ``observation`` as ``tool``) with call arguments as
+    objects, and a missing content (a reply that only calls tools) as ``""``: some templates
+    print a missing one as ``None``, which no model was trained on."""
+    out = []
     for m in conv.messages:
-        d: dict[str, Any] = {
-            "role": "tool" if m.role == "observation" else m.role,
-            "content": "" if m.content is None else m.content,
-        }
-        if m.reasoning is not None:
-            d["reasoning_content"] = m.reasoning
-        if m.tool_calls:
-            d["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments_dict()},
-                }
-                for c in m.tool_calls
-            ]
-        if m.tool_call_id is not None:
-            d["tool_call_id"] = m.tool_call_id
+        d = m.to_openai()
+        if d["content"] is None:
+            d["content"] = ""
+        for call, c in zip(d.get("tool_calls", ()), m.tool_calls or (), strict=True):
+            call["function"]["arguments"] = c.arguments_dict()
         out.append(d)
     return out
 
