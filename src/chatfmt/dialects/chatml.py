@@ -129,24 +129,40 @@ class ChatML(Dialect):
     ) -> None:
         msgs = conversation.messages
         i = self._render_system(b, conversation)
+        turn = self._turn_writer(msgs)
         n = len(msgs)
         while i < n:
-            m = msgs[i]
-            if m.role in ("tool", "observation"):
+            if msgs[i].role in ("tool", "observation"):
                 i = self._render_results(b, msgs, i)
                 continue
-            if m.role == "assistant" and m.tool_calls:
-                self._render_calls(b, m)
-                b.block((i,))
-            else:
-                # The common turn, built directly: this loop is the hot path of a long chat.
-                head = f"{m.role} {m.metadata}\n" if m.metadata else m.role + "\n"
-                b.blocks.append(Block((_START, Text(head + m.text), _END, _NEWLINE), (i,)))
+            turn(b, i)
             i += 1
         if add_generation_prompt:
             b.control(IM_START)
             b.text("assistant\n")
+            self._generation_prompt(b)
             b.block()
+
+    def _turn_writer(self, msgs: Sequence[Message]) -> Callable[[BlockBuilder, int], None]:
+        """What writes the turn of message ``i`` (tool results aside) for this conversation:
+        a family's layout keeps what it needs of the whole conversation (where the history
+        rule cuts reasoning) in it."""
+
+        def turn(b: BlockBuilder, i: int) -> None:
+            m = msgs[i]
+            if m.role == "assistant" and m.tool_calls:
+                self._render_calls(b, m)
+                b.block((i,))
+            else:
+                # The common turn, built directly: this is the hot path of a long chat.
+                head = f"{m.role} {m.metadata}\n" if m.metadata else m.role + "\n"
+                b.blocks.append(Block((_START, Text(head + m.text), _END, _NEWLINE), (i,)))
+
+        return turn
+
+    def _generation_prompt(self, b: BlockBuilder) -> None:
+        """What follows ``<|im_start|>assistant\n`` in the generation prompt (nothing here;
+        a reasoning family's empty thought)."""
 
     def _render_system(self, b: BlockBuilder, conversation: Conversation) -> int:
         """The system turn (with the tools, when there are any); returns the index of the first

@@ -22,7 +22,7 @@ from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message, ToolCall
 from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata, json_name_is_bad
-from .base import Dialect, ReasoningMode, StreamParser
+from .base import Dialect, ReasoningMode, StreamParser, results_end
 from .chatml import arguments_json
 from .fingerprint import Fingerprint
 from .parsers.deepseek import (
@@ -185,9 +185,7 @@ class DeepSeekV31(DeepSeekBase):
                 self._render_assistant(b, m, opens=last_user, after_results=after_results)
                 last_user = after_results = False
             elif is_result(m):
-                j = i
-                while j < n and is_result(msgs[j]):
-                    j += 1
+                j = results_end(msgs, i)
                 self._render_results(b, msgs[i:j])
                 b.block(range(i, j))
                 last_user, after_results = False, True

@@ -13,7 +13,7 @@ from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import BlockBuilder
 from ..validation import MessageRule
-from .base import StreamParser
+from .base import StreamParser, results_end
 from .deepseek import (
     ASSISTANT,
     DEEPSEEK_TURNS,
@@ -189,9 +189,7 @@ class DeepSeekV32(DeepSeekBase):
                     self._render_calls(b, m.tool_calls)
                 b.control(EOS)
             elif is_result(m):
-                j = i
-                while j < n and is_result(msgs[j]):
-                    j += 1
+                j = results_end(msgs, i)
                 b.text("\n\n<function_results>")
                 for r in msgs[i:j]:
                     b.text(f"\n<result>{r.text}</result>")

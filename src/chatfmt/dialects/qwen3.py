@@ -89,32 +89,22 @@ class Qwen3(ChatML):
     def _header(self, role: str, metadata: str | None) -> str:
         return role  # the template writes no metadata
 
-    def write(
-        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
-    ) -> None:
-        msgs = conversation.messages
-        i = self._render_system(b, conversation)
+    def _turn_writer(self, msgs: Sequence[Message]) -> Callable[[BlockBuilder, int], None]:
         query = self._last_query(msgs)
-        n = len(msgs)
-        while i < n:
+        last = len(msgs) - 1
+
+        def turn(b: BlockBuilder, i: int) -> None:
             m = msgs[i]
-            if m.role in ("tool", "observation"):
-                i = self._render_results(b, msgs, i)
-                continue
             b.control(IM_START)
             if m.role == "assistant":
-                self._render_assistant(b, m, keep=i > query, last=i == n - 1)
+                self._render_assistant(b, m, keep=i > query, last=i == last)
             else:
                 b.text(f"{m.role}\n{self._text(m)}")
             b.control(IM_END)
             b.text("\n")
             b.block((i,))
-            i += 1
-        if add_generation_prompt:
-            b.control(IM_START)
-            b.text("assistant\n")
-            self._generation_prompt(b)
-            b.block()
+
+        return turn
 
     def _last_query(self, msgs: Sequence[Message]) -> int:
         """Where the history rule cuts: turns after this index keep their reasoning."""
