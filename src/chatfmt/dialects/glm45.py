@@ -245,6 +245,10 @@ class _GLM45(Dialect):
 
     # ==== Parsing and grammars ====
 
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``</think>`` right after the reasoning, as the history writes it."""
+        return (Control(THINK_END, required=False),)
+
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the reply starts inside it when the prompt opened it),
         then text and calls, values typed by :attr:`tool_schemas`."""
