@@ -111,7 +111,8 @@ def test_logprobs_in_the_legacy_shape(app_of, qwen) -> None:  # type: ignore[no-
 
 def test_stream(app_of, qwen) -> None:  # type: ignore[no-untyped-def]
     app, _ = app_of(("Hello there!<|im_end|>",), sampling=("logprobs",))
-    body = {"prompt": "Hi", "stream": True, "logprobs": 0, "stream_options": {"include_usage": True}}
+    usage = {"include_usage": True}
+    body = {"prompt": "Hi", "stream": True, "logprobs": 0, "stream_options": usage}
     r = post(app, "/v1/completions", body)
     assert r.headers["content-type"].startswith("text/event-stream")
     events, done = parse_sse(r.text)
