@@ -13,13 +13,18 @@ between them is what they make of the events; what is the same is written once h
   away (otherwise the engine would go on generating for nobody);
 - the counts: prompt, completion and cached tokens, and the ids the model produced;
 - the tokens' log-probabilities, when the request asked for them: those of the reply (the
-  stop token and the closing chunks left out), all at once and step by step.
+  stop token and the closing chunks left out), all at once and step by step;
+- a thinking budget (:class:`ThoughtBudget`): at the cap, the engine's stream is closed, the
+  dialect's closing of the thought is fed to the parser as if the model had written it, and
+  a second request (prompt, reply so far and the closing: the engine's prompt cache holds
+  all but the closing) lets the model answer.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import anyio
 
@@ -41,6 +46,25 @@ log = logging.getLogger("chatfmt.engine")
 EventFilter = Callable[[list[Event]], list[Event]]
 
 
+@dataclass(frozen=True, slots=True)
+class ThoughtBudget:
+    """A cap on a reply's reasoning: at most ``tokens`` generated tokens inside an open
+    thought (the closing tag the model writes itself included; the opening tag and the layout
+    before it not). At the cap the driver appends ``close_ids`` (the dialect's
+    :meth:`~chatfmt.dialects.base.Dialect.close_thought`, encoded) and the model answers.
+    Exact for engines that report token ids (each of chatfmt's); for a text-only engine the
+    cap is checked per chunk of text."""
+
+    tokens: int
+    close_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.tokens < 0:
+            raise ValueError(f"a thinking budget is at least 0 tokens, got {self.tokens}")
+        if not self.close_ids:
+            raise ValueError("a thinking budget needs the ids that close the thought")
+
+
 class TurnDriver:
     """Drives one reply: ``await open()`` (optional), then ``async for events in steps()``.
 
@@ -60,6 +84,7 @@ class TurnDriver:
         *,
         prefill: Iterable[Piece] = (),
         events: EventFilter | None = None,
+        budget: ThoughtBudget | None = None,
     ) -> None:
         self.engine = engine
         self.decoder = decoder
@@ -85,6 +110,15 @@ class TurnDriver:
         self.logprobs: list[TokenLogprob] | None = [] if params.logprobs is not None else None
         self._taken = 0  # of them, handed out by take_logprobs
         self._stop_ids = frozenset(params.stop_ids)
+        self._budget = budget
+        #: Generated tokens inside an open thought, counted while a budget is set.
+        self.reasoning_tokens = 0
+        #: How many times the budget closed the thought (each a further engine request).
+        self.thoughts_closed = 0
+        # Every id of the reply so far (exact or not): what a continuation's prompt appends.
+        self._reply: list[int] = []
+        # The prompt opened the thought and the budget is 0: close it before generating.
+        self._close_first = False
 
     @property
     def prompt_tokens(self) -> int:
@@ -100,7 +134,17 @@ class TurnDriver:
         fails here, while an HTTP error can still be answered, rather than mid-stream."""
         if self._stream is not None:
             return
-        self._stream = self.engine.stream(list(self.prompt_ids), self.params)
+        prompt = list(self.prompt_ids)
+        budget = self._budget
+        if (
+            budget is not None
+            and budget.tokens == 0
+            and not self._prefill
+            and self.decoder.parser.in_thought is True
+        ):
+            self._close_first = True
+            prompt += budget.close_ids
+        self._stream = self.engine.stream(prompt, self.params)
         try:
             self._first = await self._stream.__anext__()
         except StopAsyncIteration:
@@ -122,17 +166,23 @@ class TurnDriver:
         try:
             yield self._step(self.decoder.prefill(self._prefill))
             await self.open()
-            stream = self._stream
+            if self._close_first and self._budget is not None:
+                self.thoughts_closed += 1
+                yield self._step(self._feed(GenerationChunk(self._budget.close_ids)))
             pending, self._first = self._first, None
             while not self.decoder.done:
                 if pending is None:
+                    stream = self._stream  # a closed thought's continuation replaces it
                     if self._exhausted or stream is None:
                         break
                     try:
                         pending = await stream.__anext__()
                     except StopAsyncIteration:
                         break
-                events = self._step(self._feed(pending))
+                if self._budget is not None and self.decoder.parser.in_thought is not False:
+                    events = self._step(await self._budgeted(pending))
+                else:
+                    events = self._step(self._feed(pending))
                 pending = None
                 if self.decoder.done:
                     await self._read_tail()
@@ -165,7 +215,10 @@ class TurnDriver:
 
     def _feed(self, chunk: GenerationChunk) -> list[Event]:
         self.completion_tokens += len(chunk.token_ids)
-        if chunk.cached_tokens is not None:
+        self._reply.extend(chunk.token_ids)
+        # A continuation's prompt is mostly the reply so far: only the first request's
+        # cached tokens are the prompt's.
+        if chunk.cached_tokens is not None and not self.thoughts_closed:
             self.cached_tokens = chunk.cached_tokens
         produced = self.produced
         if produced is not None:
@@ -176,6 +229,45 @@ class TurnDriver:
         if chunk.logprobs and self.logprobs is not None:
             self._keep_logprobs(chunk.logprobs)
         return self.decoder.feed_chunk(chunk)
+
+    async def _budgeted(self, chunk: GenerationChunk) -> list[Event]:
+        """``chunk`` fed a token at a time while the thought may be open, counting the
+        tokens inside it; at the budget, the thought is closed (what the chunk holds past
+        the cap is dropped: the engine generated it, but it is not the reply)."""
+        budget = self._budget
+        assert budget is not None
+        parser = self.decoder.parser
+        events: list[Event] = []
+        for part in _per_token(chunk):
+            inside = parser.in_thought is True
+            events += self._feed(part)
+            if inside:
+                self.reasoning_tokens += len(part.token_ids)
+            if self.decoder.done:
+                break
+            if parser.in_thought is True and self.reasoning_tokens >= budget.tokens:
+                events += await self._close_thought(budget)
+                break
+        return events
+
+    async def _close_thought(self, budget: ThoughtBudget) -> list[Event]:
+        """Close the thought at the budget: stop this generation, feed the closing ids as the
+        reply's, and continue with a request for the answer (its prompt: the first one, the
+        reply so far, the closing), within what is left of ``max_tokens``."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+        self.thoughts_closed += 1
+        events = self._feed(GenerationChunk(budget.close_ids))
+        left = self.params.max_tokens - self.completion_tokens
+        if left < 1:
+            self._exhausted = True
+            return events + self.decoder.finish("length")
+        params = replace(self.params, max_tokens=left)
+        self._stream = self.engine.stream([*self.prompt_ids, *self._reply], params)
+        self._exhausted = False
+        return events
 
     def _keep_logprobs(self, entries: tuple[TokenLogprob, ...]) -> None:
         kept = self.logprobs
@@ -214,10 +306,38 @@ class TurnDriver:
                 log.info("the engine's stream failed after the reply ended: %s", exc)
                 self._exhausted = True
                 return
-            if chunk.cached_tokens is not None:
+            if chunk.cached_tokens is not None and not self.thoughts_closed:
                 self.cached_tokens = chunk.cached_tokens
             if chunk.token_ids or chunk.finish_reason is not None:
                 return
 
 
-__all__ = ["EventFilter", "TurnDriver"]
+def _per_token(chunk: GenerationChunk) -> list[GenerationChunk]:
+    """``chunk`` as one chunk per token (its finish on the last; log-probabilities with their
+    tokens where there is one entry per token, else on the last), so that a budget can stop
+    between two tokens. A text-only chunk cannot be split: it stays whole."""
+    ids = chunk.token_ids
+    if len(ids) <= 1 or not chunk.exact_ids:
+        return [chunk]
+    entries = chunk.logprobs
+    aligned = entries is not None and len(entries) == len(ids)
+    last = len(ids) - 1
+    parts = []
+    for i, token in enumerate(ids):
+        logprobs: tuple[TokenLogprob, ...] | None = None
+        if entries is not None and aligned:
+            logprobs = (entries[i],)
+        elif entries is not None and i == last:
+            logprobs = entries
+        parts.append(
+            GenerationChunk(
+                (token,),
+                finish_reason=chunk.finish_reason if i == last else None,
+                cached_tokens=chunk.cached_tokens if i == last else None,
+                logprobs=logprobs,
+            )
+        )
+    return parts
+
+
+__all__ = ["EventFilter", "ThoughtBudget", "TurnDriver"]

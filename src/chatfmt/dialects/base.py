@@ -104,6 +104,14 @@ class StreamParser(ABC):
     def on_text(self, text: str) -> list[Event]:
         """Consume generated text (never empty)."""
 
+    @property
+    def in_thought(self) -> bool | None:
+        """Where the reply stands with its thought: ``True`` inside an open one, ``False`` once
+        the answer began (or for a format without reasoning), ``None`` while undecided (the
+        reply's start, before a thought opens or the answer begins). The generation driver
+        counts a thinking budget with it (:class:`chatfmt.driver.ThoughtBudget`)."""
+        return False
+
     def on_control(self, token: str) -> list[Event]:
         """Consume a control token that is not a stop; by default it reads as its own text
         (as the reference decoders write it), so ids and text parse alike."""
@@ -232,6 +240,14 @@ class Dialect(ABC):
         as this dialect's reply must take it: a thinking model writes its thought first (or
         closes the one its prompt opened). Formats without reasoning return it as it is."""
         return grammar
+
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """What closes an open thought, exactly as this family writes it after its reasoning
+        (Qwen3's ``\\n</think>\\n\\n``, harmony's switch to the ``final`` channel): the
+        segments a thinking budget appends when the reply reaches it, before the model
+        answers. ``None``: the format has no thought to close, or (a plugin that reasons) does
+        not say how, and a thinking budget is refused for it."""
+        return None
 
     def with_tools(self, tools: Sequence[ToolLike]) -> Dialect:
         """This dialect for a request that offers ``tools``: a format whose calls carry

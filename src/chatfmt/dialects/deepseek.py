@@ -131,6 +131,10 @@ class DeepSeekBase(Dialect):
         configured.prompt_opens_thought = False
         return configured
 
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``</think>`` right after the reasoning, as the history writes it (R1 to V4)."""
+        return (Control(THINK_END, required=False),)
+
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the reply starts inside it when the prompt opened it),
         then text and calls in the family's syntax."""

@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ValidationError
 from ..grammar import ToolLike
 from ..messages import Conversation, Message, ToolCall
-from ..segments import BlockBuilder, Segment
+from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import MessageRule, NoMetadata
 from .base import Dialect, StreamParser, results_end
 from .fingerprint import Fingerprint
@@ -255,6 +255,10 @@ class Gemma4(Dialect):
         return "results" if shown else None
 
     # ==== Parsing and grammars ====
+
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``\\n<channel|>``: the thought channel's end, as the history writes it."""
+        return (Text("\n"), Control(CHANNEL_END))
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """An optional ``<|channel>thought`` … ``<channel|>`` thought, then text and calls

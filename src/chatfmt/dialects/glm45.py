@@ -245,6 +245,12 @@ class _GLM45(Dialect):
 
     # ==== Parsing and grammars ====
 
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``</think>`` right after the reasoning, then the separator the history writes
+        before the answer (GLM-4.6: a newline; GLM-4.7: none)."""
+        close = Control(THINK_END, required=False)
+        return (close, Text(self.sep)) if self.sep else (close,)
+
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the reply starts inside it when the prompt opened it),
         then text and calls, values typed by :attr:`tool_schemas`."""

@@ -217,6 +217,19 @@ class Harmony(Dialect):
         head = (Control(CHANNEL), Text(f"commentary to=functions.{name} "), Control(CONSTRAIN))
         return (*head, Text("json"), Control(MESSAGE))
 
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """The ``analysis`` message ended and a ``final`` one begun:
+        ``<|end|><|start|>assistant<|channel|>final<|message|>``, as the history writes an
+        answer after its analysis."""
+        return (
+            Control(END),
+            Control(START),
+            Text("assistant"),
+            Control(CHANNEL),
+            Text("final"),
+            Control(MESSAGE),
+        )
+
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> HarmonyParser:
         """A fresh parser; ``id_factory`` makes tool call ids (deterministic ones in tests)."""
         return HarmonyParser(id_factory=id_factory, stop_controls=self.stop_controls)

@@ -245,6 +245,10 @@ class KimiK2Thinking(KimiK2):
         b.text((m.reasoning or "") if keep else "")
         b.control(THINK_END, required=False)
 
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``</think>`` right after the reasoning, as the history writes it."""
+        return (Control(THINK_END, required=False),)
+
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the reply opens it), then text and calls."""
         return ThinkParser.after_prompt_of(self, self._answer_parser(id_factory), id_factory)

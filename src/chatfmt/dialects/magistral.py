@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from ..errors import ValidationError
 from ..grammar import WORDS, Grammar, ToolLike, thought_first
 from ..messages import Conversation, Message
-from ..segments import Block, BlockBuilder, Control
+from ..segments import Block, BlockBuilder, Control, Segment
 from .base import ReasoningMode, StreamParser
 from .fingerprint import Fingerprint
 from .mistral import (
@@ -202,6 +202,10 @@ class Magistral(MistralV11):
         b.control(EOS)
 
     # ==== Parsing ====
+
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``[/THINK]`` right after the reasoning, as the history writes it."""
+        return (Control(THINK_END),)
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """An optional ``[THINK]`` … ``[/THINK]`` thought, then v11's text and calls (the

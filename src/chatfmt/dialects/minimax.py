@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from ..grammar import Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message
-from ..segments import BlockBuilder, Segment
+from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata, SystemOnlyFirst
 from .base import Dialect, StreamParser, results_end
 from .fingerprint import Fingerprint
@@ -186,6 +186,10 @@ class MiniMaxM2(Dialect):
         return j
 
     # ==== Parsing and grammars ====
+
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``\\n</think>\\n\\n``, as the history writes a kept thought's end."""
+        return (Text("\n"), Control(THINK_END, required=False), Text("\n\n"))
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """The thought the prompt opened, then text and ``<invoke>`` calls typed by

@@ -165,6 +165,10 @@ class Nemotron3(XMLCallsMixin):
         root = f'root ::= ( {head.removeprefix("root ::= ")} ) "\\n"?'
         return self._after_thought(dataclasses.replace(grammar, gbnf=f"{root}\n{rules}"))
 
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``\\n</think>\\n``: the history writes one newline before the answer."""
+        return (Text("\n"), Control(THINK_END, required=False), Text("\n"))
+
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the prompt opened it when thinking is on), then text and
         XML calls typed by the request's tools."""
@@ -386,6 +390,12 @@ class NemotronNano2(Dialect):
             b.text("\n\n")
 
     # ==== Parsing and grammars ====
+
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``\\n</think>\\n\\n``: the history keeps no thought to copy; the generation
+        prompt opens it with a newline (``<think>\\n``), and the template strips the answer
+        of the newlines that follow the tag."""
+        return (Text("\n"), Control(THINK_END, required=False), Text("\n\n"))
 
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (the prompt opened it when thinking is on), then text and a

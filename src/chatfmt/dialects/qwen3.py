@@ -179,6 +179,11 @@ class Qwen3(ChatML):
     #: Whether the generation prompt itself opens the thought (the reply starts inside it).
     prompt_opens_thought = False
 
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """``\\n</think>\\n\\n``: how the history writes a kept thought's end (Qwen3, QwQ,
+        Qwen3.5)."""
+        return (Text("\n"), Control(THINK_END, required=False), Text("\n\n"))
+
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Reasoning in ``<think>`` (when thinking is on), then the answer's text and calls."""
         return ThinkParser.after_prompt_of(

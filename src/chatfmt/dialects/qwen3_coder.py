@@ -231,6 +231,10 @@ class Qwen3Coder(XMLCallsMixin):
     def _generation_prompt(self, b: BlockBuilder) -> None:
         pass  # no thought to open or close
 
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """None: Qwen3-Coder does not reason (Qwen3's closing is not inherited)."""
+        return None
+
     def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
         """Text and XML calls (no reasoning: a ``<think>`` in the reply is text)."""
         return self._answer_parser(id_factory)

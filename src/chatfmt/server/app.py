@@ -16,6 +16,9 @@ from ..store import AsyncStore, Storage
 from .chat.routes import build_router
 from .chat.schemas import ChatCompletionChunk, ChatCompletionRequest
 from .chat.service import ChatService
+from .completions.routes import build_completions_router
+from .completions.schemas import CompletionRequest, DetokenizeRequest
+from .completions.service import CompletionsService
 from .http.bodies import (
     ApiKeys,
     add_error_shape,
@@ -154,6 +157,8 @@ def create_app(
         return error_response(error, request)
 
     app.include_router(build_router(service, api_key=api_key))
+    # The legacy completions, /detokenize and /v1/chat/render, on the same chat service.
+    app.include_router(build_completions_router(CompletionsService(service), api_key=api_key))
     app.state.store = store
     # The store's calls run on its own threads (AsyncStore), never in the pool rendering uses.
     kept = None if store is None else AsyncStore(store)
@@ -175,6 +180,8 @@ def create_app(
         ResponsesRequest,
         MessagesRequest,
         CountTokensRequest,
+        CompletionRequest,
+        DetokenizeRequest,
         drop_validation_errors=True,
     )
     return app

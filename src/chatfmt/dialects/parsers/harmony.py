@@ -79,6 +79,13 @@ class HarmonyParser(StreamParser):
         """The ``analysis`` messages' text (never part of the content)."""
         return None if self._reasoning is None else "".join(self._reasoning)
 
+    @property
+    def in_thought(self) -> bool | None:
+        """Inside an ``analysis`` message's body; undecided between messages and in a header."""
+        if self._state != _BODY:
+            return None
+        return self._recipient is None and self._channel == "analysis"
+
     def _take(self) -> list[Event]:
         out = self._events[:]
         self._events.clear()  # (the call stream appends to this very list)

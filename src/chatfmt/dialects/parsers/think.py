@@ -82,6 +82,10 @@ class ThinkParser(StreamParser):
             answer, id_factory=id_factory, stop_controls=dialect.stop_controls, started=started
         )
 
+    @property
+    def in_thought(self) -> bool | None:
+        return None if self._mode == _LEAD else self._mode == _THINK
+
     def on_text(self, text: str) -> list[Event]:
         if self._mode == _ANSWER and not self._skip_newlines:
             return self._answer.feed(text)

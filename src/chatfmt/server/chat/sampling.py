@@ -13,7 +13,7 @@ from ...engines.base import Engine, SamplingParams
 from ...grammar import Grammar
 from ...tokenizers.base import Tokenizer
 from ..http.errors import ApiError
-from .schemas import ChatCompletionRequest
+from .schemas import ChatCompletionRequest, SamplingFields
 
 
 def sampling_params(
@@ -27,6 +27,30 @@ def sampling_params(
 ) -> SamplingParams:
     """The engine's parameters for ``req`` (its ``logit_bias`` ids checked against the
     vocabulary: a 400 naming the first one outside it)."""
+    return sampling_of(
+        req,
+        tokenizer,
+        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+        max_tokens=max_tokens,
+        stop_ids=stop_ids,
+        stop_strings=stop_strings,
+        grammar=grammar,
+    )
+
+
+def sampling_of(
+    req: SamplingFields,
+    tokenizer: Tokenizer,
+    *,
+    logprobs: int | None,
+    max_tokens: int,
+    stop_ids: tuple[int, ...],
+    stop_strings: tuple[str, ...],
+    grammar: Grammar | None,
+) -> SamplingParams:
+    """The engine's parameters for the sampling fields every API shares (chat completions,
+    Responses, the legacy completions), with the API's own ``logprobs`` (the alternatives
+    per token; ``None``: none)."""
     bias = _logit_bias(req.logit_bias, tokenizer) if req.logit_bias else ()
     return SamplingParams(
         max_tokens=max_tokens,
@@ -39,7 +63,7 @@ def sampling_params(
         frequency_penalty=req.frequency_penalty or 0.0,
         repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
         logit_bias=bias,
-        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+        logprobs=logprobs,
         stop_ids=stop_ids,
         stop_strings=stop_strings,
         grammar=grammar,
@@ -78,4 +102,4 @@ def check_supported(engine: Engine, params: SamplingParams) -> None:
             )
 
 
-__all__ = ["check_supported", "sampling_params"]
+__all__ = ["check_supported", "sampling_of", "sampling_params"]

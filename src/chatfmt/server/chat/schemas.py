@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -222,7 +223,30 @@ class SamplingFields(BaseModel):
     logit_bias: LogitBias = None
 
 
-class ChatCompletionRequest(_Lenient, SamplingFields):
+class BudgetField(BaseModel):
+    """A cap on the reply's reasoning tokens, enforced by chatfmt for every reasoning family
+    (:class:`chatfmt.driver.ThoughtBudget`): at the cap the thought is closed as the family
+    writes it and the model answers. Named as vLLM names it (``thinking_token_budget``);
+    llama.cpp's names (``thinking_budget_tokens`` per request, ``reasoning_budget`` on its
+    command line) are taken too. ``-1`` (llama.cpp's "unlimited") and ``null``: no cap; ``0``:
+    the thought is closed as soon as it opens."""
+
+    thinking_token_budget: StrictInt | None = Field(
+        default=None,
+        ge=-1,
+        validation_alias=AliasChoices(
+            "thinking_token_budget", "thinking_budget_tokens", "reasoning_budget"
+        ),
+    )
+
+    @property
+    def thought_cap(self) -> int | None:
+        """The cap in tokens (``None``: none)."""
+        value = self.thinking_token_budget
+        return None if value is None or value < 0 else value
+
+
+class ChatCompletionRequest(_Lenient, SamplingFields, BudgetField):
     """The body of ``POST /v1/chat/completions`` (and of ``POST /tokenize``)."""
 
     model: str | None = None

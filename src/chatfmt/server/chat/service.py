@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ...decoding import TurnDecoder
 from ...dialects.base import Dialect
-from ...driver import TurnDriver
+from ...driver import ThoughtBudget, TurnDriver
 from ...engines.base import Engine, SamplingParams, TokenLogprob
 from ...errors import ChatFmtError, SchemaTooDeep, ValidationError
 from ...grammar import Grammar, SchemaError, json_grammar
@@ -32,6 +32,7 @@ from ..http.errors import ApiError
 from ..http.limits import DEFAULT_LIMITS, ServerLimits, count_problem
 from ..http.sse import DONE, sse_event, stream_errors
 from ..metrics import ServerMetrics
+from .budget import thought_budget
 from .continuation import Continuation, Splicer
 from .logprobs import LogprobWriter
 from .policy import CallPolicy
@@ -133,6 +134,8 @@ class Prepared:
     view: str | None = None
     exact_base: int = 0
     reply_start: int = 0
+    #: The reply's reasoning cap (``thinking_token_budget``), ``None``: none.
+    budget: ThoughtBudget | None = None
 
     def policy(self) -> CallPolicy:
         return CallPolicy(self.allowed_calls, self.max_calls)
@@ -294,6 +297,9 @@ class ChatService:
             grammar=grammar,
         )
         check_supported(self.engine, params)
+        budget = thought_budget(
+            req.thought_cap, dialect, self.tokenizer, grammar, stop_ids=self.stop_ids
+        )
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         pieces = tuple(
             Control(s.token)
@@ -320,6 +326,7 @@ class ChatService:
             view=view_of(rendered.ids) if view else None,
             exact_base=0 if spliced is None or continuation is None else len(continuation.ids),
             reply_start=len(prompt),
+            budget=budget,
         )
 
     def _render(
@@ -562,6 +569,7 @@ class ChatService:
             prep.params,
             prefill=prep.prefill,
             events=policy.filter,
+            budget=prep.budget,
         )
         return driver, policy
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_
 
 from ..chat.schemas import TOOL_NAME, ChatCompletionRequest
 from ..http.errors import ApiError
-from .thinking import thinking_of, thinking_of_signature
+from .thinking import budget_of, thinking_of, thinking_of_signature
 
 #: Top-level fields accepted and not acted on: prompt-caching marks (the engine caches every
 #: prompt's prefix by itself), server-side context editing (the conversation is rendered as
@@ -163,6 +163,7 @@ def chat_form(req: _Body) -> ChatForm:
             body["parallel_tool_calls"] = False
     if enabled is not None:
         body["chat_template_kwargs"] = {"enable_thinking": enabled}
+    body["thinking_token_budget"] = budget_of(req.thinking)
     if isinstance(req, MessagesRequest):
         # max_tokens is applied once the prompt is rendered (see service.py): the room left
         # in the context window bounds it, as Anthropic's API does.

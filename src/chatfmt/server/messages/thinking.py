@@ -3,8 +3,9 @@ as chat completions' ``enable_thinking``), and the ``signature`` of the thinking
 writes.
 
 - ``{"type": "enabled", "budget_tokens": N}``: thinking on (a model that cannot think answers
-  400, as for chat completions). The budget is accepted and not enforced yet: the reply's
-  ``max_tokens`` bounds thought and answer together.
+  400, as for chat completions), with at most N reasoning tokens: chatfmt closes the thought
+  at the budget as the family writes it and the model answers (chat completions'
+  ``thinking_token_budget``); ``max_tokens`` still bounds thought and answer together.
 - ``{"type": "disabled"}``: thinking off (400 for a model that always thinks).
 - ``{"type": "adaptive"}``: the model decides; chatfmt leaves the format's default (a model
   that cannot think answers without thinking).
@@ -22,6 +23,14 @@ from typing import Any
 from ..http.errors import ApiError
 
 _DISPLAYS = ("summarized", "omitted")
+
+
+def budget_of(config: dict[str, Any] | None) -> int | None:
+    """The reasoning budget of a checked ``thinking`` (:func:`thinking_of` first)."""
+    if config is None or config.get("type") != "enabled":
+        return None
+    budget = config.get("budget_tokens")
+    return budget if type(budget) is int else None
 
 
 def thinking_of(config: dict[str, Any] | None) -> tuple[bool | None, bool]:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from ..chat.schemas import ChatCompletionRequest, SamplingFields
+from ..chat.schemas import BudgetField, ChatCompletionRequest, SamplingFields
 from ..http.bodies import lone_surrogate_at
 from ..http.errors import ApiError
 from .output import reasoning_of_blob
@@ -51,7 +51,7 @@ class Reasoning(BaseModel):
     summary: str | None = None
 
 
-class ResponsesRequest(SamplingFields):
+class ResponsesRequest(SamplingFields, BudgetField):
     """The body of ``POST /v1/responses`` (fields chatfmt does not use are ignored); besides
     OpenAI's ``temperature`` and ``top_p``, chat completions' other sampling fields are taken
     alike (as vLLM does)."""
@@ -335,6 +335,7 @@ def chat_request(
         "logit_bias": req.logit_bias,
         "stream": req.stream,
         "reasoning_effort": req.reasoning.effort if req.reasoning else None,
+        "thinking_token_budget": req.thinking_token_budget,
     }
     try:
         return ChatCompletionRequest.model_validate(
