@@ -27,9 +27,12 @@ from .wire import ErrorEvent, ResponseError, ResponseEvent, StreamEvent
 
 def _builder(svc: ResponsesService, ex: Exchange) -> OutputBuilder:
     encrypted = "reasoning.encrypted_content" in (ex.req.include or ())
+    names = ex.tools.namespaced
     if ex.prep.params.logprobs is not None:
-        return LogprobOutputBuilder(svc.chat.logprobs, encrypted_reasoning=encrypted)
-    return OutputBuilder(encrypted_reasoning=encrypted)
+        return LogprobOutputBuilder(
+            svc.chat.logprobs, encrypted_reasoning=encrypted, namespaced=names
+        )
+    return OutputBuilder(encrypted_reasoning=encrypted, namespaced=names)
 
 
 async def _output(
@@ -153,7 +156,7 @@ async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> As
         return frame_event(event, sequence - 1)
 
     rid, created, req = ex.rid, ex.created, ex.req
-    started = svc.response(rid, created, req, "in_progress", [], None)
+    started = svc.response(rid, created, req, "in_progress", [], None, left_out=ex.tools.left_out)
     yield frame(ResponseEvent(type="response.created", response=started))
     yield frame(ResponseEvent(type="response.in_progress", response=started))
     builder = _builder(svc, ex)
