@@ -257,27 +257,27 @@ class ChatService:
         context = self.engine.context_length
         requested = req.requested_max_tokens
         room = context - n_prompt
-        if requested is None:
-            if room < 1:
-                raise ApiError(
-                    400,
-                    f"the prompt has {n_prompt} tokens, which fills the model's context length "
-                    f"of {context} tokens; shorten the conversation",
-                    param="messages",
-                    code="context_length_exceeded",
-                )
-            max_tokens = room
-        elif n_prompt + requested > context:
+        if room < 1:
+            asked = "" if requested is None else f" (and max_tokens is {requested})"
             raise ApiError(
                 400,
-                f"the model's context length is {context} tokens, but the prompt has {n_prompt} "
-                f"tokens and max_tokens is {requested} ({n_prompt + requested} in total); lower "
-                f"max_tokens to at most {max(room, 0)} or shorten the conversation",
-                param="max_tokens",
+                f"the prompt has {n_prompt} tokens, which fills the model's context length "
+                f"of {context} tokens{asked}; shorten the conversation, or serve the model "
+                "with a larger context (chatfmt serve --n-ctx)",
+                param="messages",
                 code="context_length_exceeded",
             )
-        else:
-            max_tokens = requested
+        # A limit over the room left is bounded by it, not refused: agents ask for a fixed
+        # 8,000 or 32,000 tokens whatever the model (Qwen Code, opencode); a reply that
+        # reaches the window ends with "length", as one that reaches max_tokens does.
+        max_tokens = room if requested is None else min(requested, room)
+        if requested is not None and requested > room:
+            log.info(
+                "max_tokens %d bounded to the %d tokens the %d-token prompt leaves",
+                requested,
+                room,
+                n_prompt,
+            )
         stops = tuple(req.stop_list)
         params = sampling_params(
             req,
