@@ -30,7 +30,7 @@ from ...tokenizers.base import Piece, Tokenizer
 from ..http.bodies import json_bytes
 from ..http.errors import ApiError
 from ..http.limits import DEFAULT_LIMITS, ServerLimits, count_problem
-from ..http.sse import DONE, sse_event, stream_errors
+from ..http.sse import DONE, pings_until_started, sse_event, stop_started, stream_errors
 from ..metrics import ServerMetrics
 from .continuation import Continuation, Splicer
 from .logprobs import LogprobWriter
@@ -562,9 +562,13 @@ class ChatService:
             usage=Usage.of(driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens),
         )
 
-    def sse(self, prep: Prepared, driver: TurnDriver) -> AsyncIterator[bytes]:
-        """The ``text/event-stream`` body of an opened ``driver``: chunks, the usage chunk if
-        asked, ``[DONE]``; an error after the headers is reported in the stream."""
+    def sse(
+        self, prep: Prepared, driver: TurnDriver, opening: asyncio.Task[None] | None = None
+    ) -> AsyncIterator[bytes]:
+        """The ``text/event-stream`` body of ``driver``: chunks, the usage chunk if asked,
+        ``[DONE]``; an error after the headers is reported in the stream. ``opening``: the
+        driver's start still under way (:func:`~..http.sse.start_stream`): the role chunk goes
+        out at once, then a ``: ping`` comment every ``PING_SECONDS`` until the first token."""
         cid, created, model = self.new_id(), int(time.time()), self.model_name
         # Chunks carry "usage": null only when the request asked for the usage chunk.
         exclude = None if prep.include_usage else {"usage"}
@@ -583,6 +587,9 @@ class ChatService:
 
         async def body() -> AsyncIterator[bytes]:
             yield head + ROLE_FRAME + tail
+            if opening is not None:
+                async for ping in pings_until_started(opening):
+                    yield ping
             async with aclosing(driver.steps()) as steps:
                 if driver.logprobs is None:  # the hot path: nothing per token for logprobs
                     async for events in steps:
@@ -601,4 +608,10 @@ class ChatService:
                 yield frame([], usage)
             yield DONE
 
-        return stream_errors(body(), "chat completion", close=driver.aclose)
+        async def close() -> None:
+            if opening is None:
+                await driver.aclose()
+            else:
+                await stop_started(opening, driver.aclose)
+
+        return stream_errors(body(), "chat completion", close=close)
