@@ -76,7 +76,9 @@ def engine(loop: asyncio.AbstractEventLoop) -> Iterator[Any]:
     from chatfmt.engines.default_model import ensure_default_model
     from chatfmt.engines.llama_server import LlamaServerEngine
 
-    eng = LlamaServerEngine(ensure_default_model(progress=False), parallel=1, n_threads=2)
+    eng = LlamaServerEngine(
+        ensure_default_model(progress=False), parallel=1, n_threads=2, n_ctx=4096
+    )
     yield eng
     loop.run_until_complete(eng.aclose())
 

@@ -38,7 +38,7 @@ def run(
     from chatfmt.engines.llama_server import LlamaServerEngine
 
     async def main() -> None:
-        engine = LlamaServerEngine(model, n_threads=1, **{"parallel": 1, **kw})
+        engine = LlamaServerEngine(model, n_threads=1, **{"parallel": 1, "n_ctx": 4096, **kw})
         try:
             await engine.connect()
             await body(engine)
@@ -131,7 +131,9 @@ def test_parent_killed_leaves_no_orphan(default_model_path: Path, binary: Path) 
         from chatfmt.engines.llama_server import LlamaServerEngine
 
         async def main():
-            engine = LlamaServerEngine({str(default_model_path)!r}, parallel=1, n_threads=1)
+            engine = LlamaServerEngine(
+                {str(default_model_path)!r}, parallel=1, n_threads=1, n_ctx=4096
+            )
             await engine.connect()
             print(engine.supervisor.pid, flush=True)
             await asyncio.sleep(600)

@@ -194,7 +194,9 @@ def test_the_real_llama_server_reply_keeps_every_id(
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 16}
 
     async def go() -> tuple[list[int], str, str]:
-        engine = LlamaServerEngine(gguf, parallel=1, n_threads=1, binary=llama_server_binary)
+        engine = LlamaServerEngine(
+            gguf, parallel=1, n_threads=1, n_ctx=4096, binary=llama_server_binary
+        )
         try:
             prompt = get_dialect("qwen2.5").render(body["messages"], qwen).ids
             gen = await engine.generate(prompt, SamplingParams(max_tokens=16, temperature=0))

@@ -54,7 +54,7 @@ def real_server(request: pytest.FixtureRequest, default_model_path: Path) -> Ite
     else:
         from chatfmt.engines.llama_server import LlamaServerEngine
 
-        engine = LlamaServerEngine(default_model_path, parallel=4, n_threads=threads)
+        engine = LlamaServerEngine(default_model_path, parallel=4, n_threads=threads, n_ctx=4096)
     app = create_app(engine, get_dialect("qwen2.5"), model_name=DEFAULT_MODEL_NAME)
     with ServerThread(app, startup=getattr(engine, "connect", None)) as srv:
         yield srv

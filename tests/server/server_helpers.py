@@ -16,8 +16,8 @@ def parse_sse(body: str) -> tuple[list[dict[str, Any]], bool]:
     done = False
     for block in body.split("\n\n"):
         block = block.strip()
-        if not block:
-            continue
+        if not block or block.startswith(":"):
+            continue  # a comment (the server's pings while the prompt is read)
         assert block.startswith("data: "), block
         payload = block[len("data: ") :]
         assert not done, "data after [DONE]"
@@ -131,8 +131,8 @@ def parse_named_sse(body: str) -> list[tuple[str, dict[str, Any]]]:
     ``data:`` line of JSON), as ``(name, data)`` pairs."""
     out: list[tuple[str, dict[str, Any]]] = []
     for block in body.split("\n\n"):
-        if not block.strip():
-            continue
+        if not block.strip() or block.startswith(":"):
+            continue  # a comment (the server's pings while the prompt is read)
         lines = block.split("\n")
         assert len(lines) == 2 and lines[0].startswith("event: "), block
         assert lines[1].startswith("data: "), block

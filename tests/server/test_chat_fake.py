@@ -294,12 +294,7 @@ def test_tool_choice_named_renders_only_that_tool(make_fake, qwen_dialect, qwen)
 def test_context_check_names_both_numbers(make_fake, qwen_dialect) -> None:
     fake = make_fake(context_length=64)
     app = create_app(fake, qwen_dialect, model_name="m")
-    r = chat(app, {"messages": USER_HI, "max_tokens": 60})
-    assert r.status_code == 400
-    err = r.json()["error"]
-    assert err["code"] == "context_length_exceeded"
-    assert "64" in err["message"] and "60" in err["message"] and "max_tokens" in err["message"]
-    # Without max_tokens the remaining context is the budget.
+    # Without max_tokens the remaining context is the budget (over it: see test_room_left).
     r = chat(app, {"messages": USER_HI})
     assert r.status_code == 200
     assert fake.params[-1].max_tokens == 64 - len(fake.prompts[-1])

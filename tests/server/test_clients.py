@@ -39,7 +39,7 @@ def url(default_model_path: Path, llama_server_binary: Path) -> Iterator[str]:
     from chatfmt.server import create_app
 
     threads = int(os.environ.get("CHATFMT_TEST_THREADS", "1"))
-    engine = LlamaServerEngine(default_model_path, parallel=2, n_threads=threads)
+    engine = LlamaServerEngine(default_model_path, parallel=2, n_threads=threads, n_ctx=4096)
     from chatfmt.store import ResponseStore
 
     app = create_app(

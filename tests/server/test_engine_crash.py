@@ -27,7 +27,9 @@ def server(llama_server_binary: Path) -> Iterator[ServerThread]:
     from chatfmt.engines.llama_server import LlamaServerEngine
     from chatfmt.server import create_app
 
-    engine = LlamaServerEngine(ensure_default_model(progress=False), parallel=2, n_threads=1)
+    engine = LlamaServerEngine(
+        ensure_default_model(progress=False), parallel=2, n_threads=1, n_ctx=4096
+    )
     app = create_app(engine, get_dialect("qwen2.5"), model_name=DEFAULT_MODEL_NAME)
     with ServerThread(app, startup=engine.connect) as srv:
         yield srv

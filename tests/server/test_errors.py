@@ -63,7 +63,7 @@ BAD_BODIES: list[tuple[str, Any, str | None]] = [
     ("max-tokens-negative", msg(max_tokens=-5), "max_tokens"),
     ("max-tokens-float", msg(max_tokens=1.5), "max_tokens"),
     ("max-tokens-bool", msg(max_tokens=True), "max_tokens"),
-    ("max-tokens-huge", msg(max_tokens=10**12), "max_tokens"),
+    # (A huge max_tokens is bounded by the room left, not refused: test_room_left.py.)
     ("temperature-string", msg(temperature="hot"), "temperature"),
     ("temperature-range", msg(temperature=7), "temperature"),
     ("top-p-zero", msg(top_p=0), "top_p"),

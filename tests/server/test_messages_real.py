@@ -23,7 +23,7 @@ def url(default_model_path: Path, llama_server_binary: Path) -> Iterator[str]:
     from chatfmt.server import create_app
 
     threads = int(os.environ.get("CHATFMT_TEST_THREADS", "1"))
-    engine = LlamaServerEngine(default_model_path, parallel=2, n_threads=threads)
+    engine = LlamaServerEngine(default_model_path, parallel=2, n_threads=threads, n_ctx=4096)
     app = create_app(engine, get_dialect("qwen2.5"), model_name="default", api_key=checks.KEY)
     with ServerThread(app, startup=engine.connect) as srv:
         yield srv.url

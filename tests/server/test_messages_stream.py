@@ -164,10 +164,10 @@ def test_a_stop_sequence_split_across_tokens_is_held_back(make_fake) -> None:
 
 @pytest.fixture
 def quick_pings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chatfmt.server.messages import routes
+    from chatfmt.server.http import sse
 
-    monkeypatch.setattr(routes, "FIRST_TOKEN_WAIT", 0.05)
-    monkeypatch.setattr(routes, "PING_SECONDS", 0.05)
+    monkeypatch.setattr(sse, "FIRST_TOKEN_WAIT", 0.05)
+    monkeypatch.setattr(sse, "PING_SECONDS", 0.05)
 
 
 def test_a_slow_first_token_gets_headers_and_pings_meanwhile(make_fake, quick_pings) -> None:

@@ -55,7 +55,9 @@ def app(tiny_qwen3: Path, llama_server_binary: Path) -> Iterator[Any]:
 
     # One event loop for the module: the engine's child process belongs to the loop it ran on.
     loop = asyncio.new_event_loop()
-    engine = LlamaServerEngine(tiny_qwen3, parallel=1, n_threads=1, binary=llama_server_binary)
+    engine = LlamaServerEngine(
+        tiny_qwen3, parallel=1, n_threads=1, n_ctx=4096, binary=llama_server_binary
+    )
     try:
         dialect = get_dialect("qwen3")
         application = create_app(engine, dialect, model_name="tiny-qwen3")

@@ -189,7 +189,7 @@ async def test_bad_input_gets_openai_shaped_errors(qwen: Tokenizer) -> None:
             "input[0].content[0]",
         ),
         ({"input": "hi", "previous_response_id": "resp_nope"}, 404, "previous_response_id"),
-        ({"input": "hi", "tools": [{"type": "web_search"}]}, 400, "tools[0].type"),
+        ({"input": "hi", "tools": [{"type": "teleport"}]}, 400, "tools[0].type"),
     ]
     for body, status, param in cases:
         async with httpx.AsyncClient(

@@ -62,7 +62,7 @@ def client(
             from chatfmt.engines.llama_server import LlamaServerEngine
 
             engine = LlamaServerEngine(
-                default_model_path, parallel=PARALLEL, n_threads=int(threads)
+                default_model_path, parallel=PARALLEL, n_threads=int(threads), n_ctx=4096
             )
         else:
             from chatfmt.engines.remote import RemoteEngine

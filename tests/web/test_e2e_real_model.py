@@ -49,7 +49,9 @@ def real_url() -> Iterator[str]:
             return JupyterInterpreter(timeout=60).start()
 
     # The engine `chatfmt serve` runs by default: llama-server, which enforces call grammars.
-    engine = LlamaServerEngine(ensure_default_model(progress=False), parallel=1, n_threads=2)
+    engine = LlamaServerEngine(
+        ensure_default_model(progress=False), parallel=1, n_threads=2, n_ctx=4096
+    )
     app = FastAPI()
     mount_web(
         app,

@@ -37,7 +37,10 @@ def served() -> Iterator[str]:
     port = _free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chatfmt.cli", "serve", "--port", str(port), "--threads", "1"],
+        [
+            *(sys.executable, "-m", "chatfmt.cli", "serve", "--port", str(port)),
+            *("--threads", "1", "--n-ctx", "4096"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -91,8 +91,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--n-ctx",
         type=int,
-        help="context length (default: the model's, at most 4096, for a GGUF run here; what "
-        "a remote engine reports, e.g. vLLM's max_model_len)",
+        help="context length (default: with llama-server, the model's training context where "
+        "memory holds its KV cache, else a smaller power of two; in process, the model's, at "
+        "most 4096; what a remote engine reports, e.g. vLLM's max_model_len)",
     )
 
 

@@ -352,6 +352,10 @@ def run_server(
     )
     chosen = named or default_dialect(model, eng.tokenizer, log=sys.stderr)
     name = model_name(model)
+    choice = getattr(eng, "context_choice", None)
+    if choice is not None:  # the embedded engine: how much context it serves, and why
+        slots = getattr(eng, "parallel", 1)
+        print(f"chatfmt: {choice.describe(slots)}", file=sys.stderr, flush=True)
 
     async def main() -> None:
         connect = getattr(eng, "connect", None)

@@ -23,7 +23,8 @@ class FakeEngine(Engine):
     honoured like a real engine: the stop id is yielded, then the stream ends with ``stop``;
     a reply that runs out without a stop id ends with ``stop`` too (as at end of text).
 
-    ``delay`` sleeps between tokens; ``fail_after`` raises :class:`EngineError` after that many
+    ``delay`` sleeps between tokens, ``first_delay`` before the first one (an engine reading a
+    long prompt); ``fail_after`` raises :class:`EngineError` after that many
     tokens (0: before the first; at the end of a shorter reply). ``grammar_support`` is what it
     claims to enforce (it enforces nothing); ``sampling`` the optional sampling fields it
     claims to honour (it samples nothing; any other is refused as a real engine refuses it).
@@ -43,6 +44,7 @@ class FakeEngine(Engine):
         *,
         context_length: int = 32768,
         delay: float = 0.0,
+        first_delay: float = 0.0,
         fail_after: int | None = None,
         text_controls: Sequence[str] | None = None,
         grammar_support: GrammarSupport = "none",
@@ -54,6 +56,7 @@ class FakeEngine(Engine):
         self._context_length = context_length
         self._calls = 0
         self.delay = delay
+        self.first_delay = first_delay
         self.fail_after = fail_after
         self.prompts: list[list[int]] = []
         self.params: list[SamplingParams] = []
@@ -107,6 +110,8 @@ class FakeEngine(Engine):
         stops = set(params.stop_ids)
         done = False
         try:
+            if self.first_delay:
+                await asyncio.sleep(self.first_delay)  # the prompt read: cancellable
             for n, token in enumerate(ids):
                 if self.fail_after is not None and n >= self.fail_after:
                     done = True

@@ -33,12 +33,11 @@ from ..errors import (
 )
 from ..tokenizers.gguf import GGUFTokenizer
 from .base import GenerationChunk, GGUFEngine, GrammarSupport, SamplingParams, model_file
+from .context_size import ContextChoice, auto_context, training_context
 from .remote import RemoteEngine
 from .sampling import SUPPORT
 from .supervisor import Supervisor
 
-#: Tokens of context each slot holds unless told otherwise.
-DEFAULT_SLOT_CONTEXT = 4096
 #: Concurrent conversations decoded together unless told otherwise.
 DEFAULT_PARALLEL = 4
 #: Host memory (MiB) llama-server may keep prompts in once they are pushed out of a slot, so
@@ -79,8 +78,10 @@ def find_llama_server(explicit: str | os.PathLike[str] | None = None) -> Path:
 class LlamaServerEngine(GGUFEngine):
     """A GGUF model served by a supervised ``llama-server`` child with ``parallel`` slots.
 
-    ``n_ctx`` is the context of each slot (default 4096, capped at the model's training
-    context); the child allocates ``n_ctx * parallel`` tokens of KV cache. ``n_threads``
+    ``n_ctx`` is the context of each slot (default: the model's training context where the
+    machine's memory holds its KV cache, else a smaller power of two:
+    :func:`~.context_size.auto_context`; :attr:`context_choice` says which and why); the child
+    allocates ``n_ctx * parallel`` tokens of KV cache. ``n_threads``
     defaults to llama.cpp's choice. Call :meth:`connect` (``chatfmt serve`` does) to start
     the child; :meth:`aclose` stops it. ``prompt_cache_mb`` bounds the host memory the child
     keeps prompts in after they leave a slot (its ``--cache-ram``; 0 turns that cache off).
@@ -117,9 +118,15 @@ class LlamaServerEngine(GGUFEngine):
         self.parallel = parallel
         self.name = f"llama-server:{path.name}"
         self._tokenizer = GGUFTokenizer(path)
-        train = self._tokenizer.n_ctx_train
-        slot_ctx = n_ctx or DEFAULT_SLOT_CONTEXT
-        self._serve_context(n_ctx, slot_ctx, train)
+        # (A vocabulary-only load may not know it: the header says it.)
+        train = self._tokenizer.n_ctx_train or training_context(path)
+        #: The context of each slot and why (``chatfmt serve`` logs it at start).
+        self.context_choice = (
+            ContextChoice(n_ctx, "asked for")
+            if n_ctx
+            else auto_context(path, train, slots=parallel)
+        )
+        self._serve_context(n_ctx, self.context_choice.n_ctx, train)
         self._threads = n_threads
         self._cache_mb = prompt_cache_mb
         self._extra = list(extra_args)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from ..http.bodies import ApiKeys, json_response, read_json_body, require_bearer
 from ..http.errors import ApiError, ErrorResponse
 from ..http.openapi import error_responses, event_stream_ok, json_body
-from ..http.sse import sse_response, until_disconnect
+from ..http.sse import sse_response, start_stream, until_disconnect
 from .schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -50,8 +50,9 @@ def build_router(service: ChatService, *, api_key: ApiKeys) -> APIRouter:
         prep = await service.prepare_async(req)
         if prep.stream:
             driver, _policy = service.driver(prep)
-            await until_disconnect(request, driver.open())
-            return sse_response(service.sse(prep, driver))
+            # Headers within FIRST_TOKEN_WAIT, pings while the engine reads a long prompt.
+            opening = await start_stream(request, driver.open())
+            return sse_response(service.sse(prep, driver, opening))
         return json_response(await until_disconnect(request, service.complete(prep)))
 
     @router.post(

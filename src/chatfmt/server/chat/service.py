@@ -30,7 +30,7 @@ from ...tokenizers.base import Piece, Tokenizer
 from ..http.bodies import json_bytes
 from ..http.errors import ApiError
 from ..http.limits import DEFAULT_LIMITS, ServerLimits, count_problem
-from ..http.sse import DONE, sse_event, stream_errors
+from ..http.sse import DONE, pings_until_started, sse_event, stop_started, stream_errors
 from ..metrics import ServerMetrics
 from .budget import thought_budget
 from .continuation import Continuation, Splicer
@@ -266,27 +266,27 @@ class ChatService:
         context = self.engine.context_length
         requested = req.requested_max_tokens
         room = context - n_prompt
-        if requested is None:
-            if room < 1:
-                raise ApiError(
-                    400,
-                    f"the prompt has {n_prompt} tokens, which fills the model's context length "
-                    f"of {context} tokens; shorten the conversation",
-                    param="messages",
-                    code="context_length_exceeded",
-                )
-            max_tokens = room
-        elif n_prompt + requested > context:
+        if room < 1:
+            asked = "" if requested is None else f" (and max_tokens is {requested})"
             raise ApiError(
                 400,
-                f"the model's context length is {context} tokens, but the prompt has {n_prompt} "
-                f"tokens and max_tokens is {requested} ({n_prompt + requested} in total); lower "
-                f"max_tokens to at most {max(room, 0)} or shorten the conversation",
-                param="max_tokens",
+                f"the prompt has {n_prompt} tokens, which fills the model's context length "
+                f"of {context} tokens{asked}; shorten the conversation, or serve the model "
+                "with a larger context (chatfmt serve --n-ctx)",
+                param="messages",
                 code="context_length_exceeded",
             )
-        else:
-            max_tokens = requested
+        # A limit over the room left is bounded by it, not refused: agents ask for a fixed
+        # 8,000 or 32,000 tokens whatever the model (Qwen Code, opencode); a reply that
+        # reaches the window ends with "length", as one that reaches max_tokens does.
+        max_tokens = room if requested is None else min(requested, room)
+        if requested is not None and requested > room:
+            log.info(
+                "max_tokens %d bounded to the %d tokens the %d-token prompt leaves",
+                requested,
+                room,
+                n_prompt,
+            )
         stops = tuple(req.stop_list)
         params = sampling_params(
             req,
@@ -591,9 +591,13 @@ class ChatService:
             usage=Usage.of(driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens),
         )
 
-    def sse(self, prep: Prepared, driver: TurnDriver) -> AsyncIterator[bytes]:
-        """The ``text/event-stream`` body of an opened ``driver``: chunks, the usage chunk if
-        asked, ``[DONE]``; an error after the headers is reported in the stream."""
+    def sse(
+        self, prep: Prepared, driver: TurnDriver, opening: asyncio.Task[None] | None = None
+    ) -> AsyncIterator[bytes]:
+        """The ``text/event-stream`` body of ``driver``: chunks, the usage chunk if asked,
+        ``[DONE]``; an error after the headers is reported in the stream. ``opening``: the
+        driver's start still under way (:func:`~..http.sse.start_stream`): the role chunk goes
+        out at once, then a ``: ping`` comment every ``PING_SECONDS`` until the first token."""
         cid, created, model = self.new_id(), int(time.time()), self.model_name
         # Chunks carry "usage": null only when the request asked for the usage chunk.
         exclude = None if prep.include_usage else {"usage"}
@@ -612,6 +616,9 @@ class ChatService:
 
         async def body() -> AsyncIterator[bytes]:
             yield head + ROLE_FRAME + tail
+            if opening is not None:
+                async for ping in pings_until_started(opening):
+                    yield ping
             async with aclosing(driver.steps()) as steps:
                 if driver.logprobs is None:  # the hot path: nothing per token for logprobs
                     async for events in steps:
@@ -630,4 +637,10 @@ class ChatService:
                 yield frame([], usage)
             yield DONE
 
-        return stream_errors(body(), "chat completion", close=driver.aclose)
+        async def close() -> None:
+            if opening is None:
+                await driver.aclose()
+            else:
+                await stop_started(opening, driver.aclose)
+
+        return stream_errors(body(), "chat completion", close=close)

@@ -26,6 +26,17 @@ logger = logging.getLogger("chatfmt.server")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
+#: An SSE comment: every client's event parser skips it, and it keeps the connection busy.
+PING = b": ping\n\n"
+
+#: How long a stream waits for the engine's first token before it answers anyway. Within it,
+#: an engine that is down is a 503 with its error; past it, the stream's headers and first
+#: events go out, then a ping every :data:`PING_SECONDS` while the engine reads the prompt:
+#: agents send prompts of 10,000 to 20,000 tokens, which a small machine reads for minutes,
+#: and a client that gets no headers times out and sends the request again (Claude Code:
+#: every 5 minutes, measured). Read when a stream starts (tests shorten them).
+FIRST_TOKEN_WAIT = 2.0
+PING_SECONDS = 10.0
 
 
 def sse_event(data: bytes | str, *, event: str | None = None) -> bytes:
@@ -176,3 +187,48 @@ async def event_stream(
             for task in (producer, watcher):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+async def start_stream(request: Request, start: Awaitable[None]) -> asyncio.Task[None]:
+    """Start a stream's generation (``start``: the driver's ``open()``, which returns at the
+    engine's first chunk) and wait for it :data:`FIRST_TOKEN_WAIT` at most: an engine that
+    fails within it is answered with its 502/503 here, before the stream's 200. The task is
+    handed to :func:`pings_until_started` and :func:`stop_started`; a client that leaves
+    while this waits cancels it (:class:`ClientGone`)."""
+    opening = asyncio.ensure_future(start)
+    try:
+        await until_disconnect(request, asyncio.wait({opening}, timeout=FIRST_TOKEN_WAIT))
+    except BaseException:
+        opening.cancel()  # the client left: the task closes the engine's stream as it ends
+        raise
+    if opening.done() and not opening.cancelled():
+        exc = opening.exception()
+        if isinstance(exc, EngineError):
+            raise engine_api_error(exc) from None
+        if exc is not None:
+            raise exc
+    return opening
+
+
+async def pings_until_started(
+    opening: asyncio.Task[None], ping: Callable[[], bytes] = lambda: PING
+) -> AsyncIterator[bytes]:
+    """``ping()`` every :data:`PING_SECONDS` until the generation has started; then its
+    failure, if it failed (raised, for :func:`stream_errors` to frame)."""
+    every = PING_SECONDS
+    while not opening.done():
+        done, _ = await asyncio.wait({opening}, timeout=every)
+        if not done:
+            yield ping()
+    opening.result()
+
+
+async def stop_started(opening: asyncio.Task[None], close: Callable[[], Awaitable[None]]) -> None:
+    """End a stream's generation: a start still under way (the client left while the engine
+    read the prompt) is cancelled and waited for first, since the engine's stream cannot be
+    closed while it is read from; then ``close`` (the driver's ``aclose``)."""
+    if not opening.done():
+        opening.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await opening  # (its failure, if any, was reported in the stream)
+    await close()

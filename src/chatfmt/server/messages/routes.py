@@ -6,7 +6,6 @@ app); the key may come as ``x-api-key`` or ``Authorization: Bearer``."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
@@ -14,11 +13,18 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from ...driver import TurnDriver
-from ...errors import EngineError
 from ..http.bodies import ApiKeys, json_response, read_json_body, require_bearer
-from ..http.errors import ApiError, engine_api_error
+from ..http.errors import ApiError
 from ..http.openapi import error_responses, event_stream_ok, json_body
-from ..http.sse import sse_event, sse_response, stream_errors, until_disconnect
+from ..http.sse import (
+    pings_until_started,
+    sse_event,
+    sse_response,
+    start_stream,
+    stop_started,
+    stream_errors,
+    until_disconnect,
+)
 from .output import BuiltEvent, PartDelta
 from .request import CountTokensRequest, MessagesRequest
 from .service import Exchange, MessagesService, stop_of, usage_of
@@ -37,15 +43,6 @@ from .wire import (
 
 #: The header Anthropic's clients send their key in (``Authorization: Bearer`` works too).
 KEY_HEADER = "x-api-key"
-
-#: How long a stream waits for the engine's first token before it answers anyway. Within it,
-#: an engine that is down is a 503 with its error; past it, ``message_start`` goes out and a
-#: ``ping`` every :data:`PING_SECONDS` while the engine reads the prompt, as Anthropic's API
-#: does: Claude Code's prompt is some 21,000 tokens, which a small machine reads for minutes,
-#: and a connection silent that long is dropped by clients and proxies (Claude Code sent its
-#: request again every 5 minutes while it got no headers; measured).
-FIRST_TOKEN_WAIT = 2.0
-PING_SECONDS = 10.0
 
 _CREATE_OK = event_stream_ok(
     "A message; with stream: true, server-sent events instead, each named by its type: "
@@ -88,7 +85,8 @@ def build_messages_router(svc: MessagesService, *, api_key: ApiKeys) -> APIRoute
         ex = await svc.prepare(req)
         driver, _policy = svc.chat.driver(ex.prep)
         if req.stream:
-            return sse_response(_stream(svc, ex, driver, await _opening(request, driver)))
+            opening = await start_stream(request, driver.open())
+            return sse_response(_stream(svc, ex, driver, opening))
         return json_response(await until_disconnect(request, svc.generate(ex, driver)))
 
     @router.post(
@@ -108,31 +106,14 @@ def build_messages_router(svc: MessagesService, *, api_key: ApiKeys) -> APIRoute
     return router
 
 
-async def _opening(request: Request, driver: TurnDriver) -> asyncio.Task[None]:
-    """The engine's start (``driver.open()``), waited for :data:`FIRST_TOKEN_WAIT` at most: an
-    engine that is down is answered 503 here, before the stream's 200 goes out."""
-    opening = asyncio.ensure_future(driver.open())
-    try:
-        await until_disconnect(request, asyncio.wait({opening}, timeout=FIRST_TOKEN_WAIT))
-    except BaseException:
-        opening.cancel()  # the client left: the task closes the engine's stream as it ends
-        raise
-    if opening.done() and not opening.cancelled():
-        exc = opening.exception()
-        if isinstance(exc, EngineError):
-            raise engine_api_error(exc) from None
-        if exc is not None:
-            raise exc
-    return opening
-
-
 async def _stream(
     svc: MessagesService, ex: Exchange, driver: TurnDriver, opening: asyncio.Task[None]
 ) -> AsyncIterator[bytes]:
     """Anthropic's event stream: ``message_start`` (its usage the prompt so far: what the
     engine took from its cache is known at the end), ``ping`` (and one every
-    :data:`PING_SECONDS` until the first token), the blocks' events, ``message_delta`` (the
-    stop reason and the final usage), ``message_stop``."""
+    :data:`~chatfmt.server.http.sse.PING_SECONDS` until the first token: Anthropic's named
+    ping event, as its API sends it), the blocks' events, ``message_delta`` (the stop reason
+    and the final usage), ``message_stop``."""
     builder = ex.builder()
     start = Message(
         id=ex.id,
@@ -144,11 +125,9 @@ async def _stream(
     yield frame(MessageStart(message=start)) + frame(Ping())
 
     async def body() -> AsyncIterator[bytes]:
-        while not opening.done():
-            done, _ = await asyncio.wait({opening}, timeout=PING_SECONDS)
-            if not done:
-                yield frame(Ping())
-        opening.result()  # an engine that failed to start: the error event below
+        # (An engine that failed to start: raised here, the error event below.)
+        async for ping in pings_until_started(opening, lambda: frame(Ping())):
+            yield ping
         async with aclosing(driver.steps()) as steps:
             async for events in steps:
                 built = builder.feed(events)
@@ -166,13 +145,7 @@ async def _stream(
         return [frame(MessagesError.of(error))]
 
     async def stop() -> None:
-        # The start may still be under way (the client left while the prompt was read): it
-        # ends first, since the engine's stream cannot be closed while it is read from.
-        if not opening.done():
-            opening.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await opening  # (its failure, if any, was reported by the body)
-        await driver.aclose()
+        await stop_started(opening, driver.aclose)
 
     # Closed with this generator (a client that left), so that the engine stops at once.
     async with aclosing(stream_errors(body(), "message", on_error=failed, close=stop)) as out:

@@ -19,6 +19,7 @@ from ..chat.schemas import BudgetField, ChatCompletionRequest, SamplingFields
 from ..http.bodies import lone_surrogate_at
 from ..http.errors import ApiError
 from .output import reasoning_of_blob
+from .tools import ToolPlan, flat_name, plan_tools
 
 #: OpenAI's ``include`` values. Those about tools and inputs chatfmt does not serve (file and
 #: web search, computer use, hosted code interpreter, images) have nothing to add here.
@@ -210,6 +211,9 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             call_id, name = item.get("call_id"), item.get("name")
             if not isinstance(call_id, str) or not isinstance(name, str):
                 raise _bad("a function_call item needs a string call_id and name", param)
+            space = item.get("namespace")
+            if isinstance(space, str) and space:
+                name = flat_name(space, name)  # as the model was offered it (.tools)
             arguments = item.get("arguments", "{}")
             call = {"id": call_id, "type": "function"}
             call["function"] = {"name": name, "arguments": arguments}  # type: ignore[assignment]
@@ -252,22 +256,6 @@ def _unfollowed(index: int) -> ApiError:
     )
 
 
-def _chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    if tools is None:
-        return None
-    out = []
-    for i, tool in enumerate(tools):
-        if tool.get("type") != "function":
-            raise _bad(
-                f"tool type {tool.get('type')!r} is not supported here; chatfmt serves "
-                "function tools",
-                f"tools[{i}].type",
-            )
-        fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-        out.append({"type": "function", "function": fn})
-    return out
-
-
 def _tool_choice(choice: str | dict[str, Any] | None) -> Any:
     if choice is None or choice in ("auto", "none", "required"):
         return choice
@@ -276,7 +264,9 @@ def _tool_choice(choice: str | dict[str, Any] | None) -> Any:
         and choice.get("type") == "function"
         and isinstance(choice.get("name"), str)
     ):
-        return {"type": "function", "function": {"name": choice["name"]}}
+        space = choice.get("namespace")
+        name = flat_name(space, choice["name"]) if isinstance(space, str) else choice["name"]
+        return {"type": "function", "function": {"name": name}}
     raise _bad(
         'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}',
         "tool_choice",
@@ -310,14 +300,20 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def chat_request(
-    req: ResponsesRequest, history: list[dict[str, Any]], new: list[dict[str, Any]]
+    req: ResponsesRequest,
+    history: list[dict[str, Any]],
+    new: list[dict[str, Any]],
+    tools: ToolPlan | None = None,
 ) -> ChatCompletionRequest:
-    """The chat request that renders ``history`` (the stored conversation) plus ``new``."""
+    """The chat request that renders ``history`` (the stored conversation) plus ``new``, with
+    ``tools`` (the request's, as :func:`.tools.plan_tools` made them chat tools)."""
+    if tools is None:
+        tools = plan_tools(req.tools)
     messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
     messages += history + new
     body: dict[str, Any] = {
         "messages": messages,
-        "tools": _chat_tools(req.tools),
+        "tools": tools.chat_tools,
         "tool_choice": _tool_choice(req.tool_choice),
         "parallel_tool_calls": req.parallel_tool_calls,
         "response_format": _response_format(req.text),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -134,8 +134,15 @@ class OutputBuilder:
     and measured slower.
     """
 
-    def __init__(self, *, encrypted_reasoning: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        encrypted_reasoning: bool = False,
+        namespaced: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
         self.encrypted_reasoning = encrypted_reasoning
+        #: Flat names of namespaced functions → their namespace and own name (.tools).
+        self.namespaced = namespaced or {}
         self.items: list[OutputItem] = []
         self._open: MessageItem | ReasoningItem | None = None  # the item receiving deltas
         self._pieces: list[str] = []  # its text so far
@@ -154,12 +161,14 @@ class OutputBuilder:
                     self._reasoning(ev.text, out)
             elif isinstance(ev, ToolCallStart):
                 self._close(out)
+                space, name = self.namespaced.get(ev.name, (None, ev.name))
                 call = FunctionCallItem(
                     id=item_id("fc"),
                     status="in_progress",
                     call_id=ev.id,
-                    name=ev.name,
+                    name=name,
                     arguments="",
+                    namespace=space,
                 )
                 self._calls[ev.index] = _OpenCall(call, len(self.items))
                 self.items.append(call)
@@ -306,8 +315,14 @@ class LogprobOutputBuilder(OutputBuilder):
     wrote only reasoning or calls are theirs, and the Responses API gives those none.
     """
 
-    def __init__(self, writer: LogprobWriter, *, encrypted_reasoning: bool = False) -> None:
-        super().__init__(encrypted_reasoning=encrypted_reasoning)
+    def __init__(
+        self,
+        writer: LogprobWriter,
+        *,
+        encrypted_reasoning: bool = False,
+        namespaced: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(encrypted_reasoning=encrypted_reasoning, namespaced=namespaced)
         self._writer = writer
         self._pending: list[TokenLogprob] = []  # not yet given to a text delta
         self._attach: list[Entry] = []  # for this step's first text delta

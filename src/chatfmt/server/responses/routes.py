@@ -4,6 +4,7 @@ its ``sequence_number``), ``GET`` / ``DELETE /v1/responses/{id}`` and
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
@@ -16,7 +17,14 @@ from ...store import owner_of
 from ..http.bodies import ApiKeys, json_response, read_json_body, require_bearer
 from ..http.errors import ApiError
 from ..http.openapi import error_responses, json_body
-from ..http.sse import sse_response, stream_errors, until_disconnect
+from ..http.sse import (
+    pings_until_started,
+    sse_response,
+    start_stream,
+    stop_started,
+    stream_errors,
+    until_disconnect,
+)
 from .frames import coalesce
 from .frames import frame as frame_event
 from .input import ResponsesRequest
@@ -27,9 +35,12 @@ from .wire import ErrorEvent, ResponseError, ResponseEvent, StreamEvent
 
 def _builder(svc: ResponsesService, ex: Exchange) -> OutputBuilder:
     encrypted = "reasoning.encrypted_content" in (ex.req.include or ())
+    names = ex.tools.namespaced
     if ex.prep.params.logprobs is not None:
-        return LogprobOutputBuilder(svc.chat.logprobs, encrypted_reasoning=encrypted)
-    return OutputBuilder(encrypted_reasoning=encrypted)
+        return LogprobOutputBuilder(
+            svc.chat.logprobs, encrypted_reasoning=encrypted, namespaced=names
+        )
+    return OutputBuilder(encrypted_reasoning=encrypted, namespaced=names)
 
 
 async def _output(
@@ -73,9 +84,10 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
         ex = await svc.prepare(req, owner)
         driver, _policy = svc.chat.driver(ex.prep)
         if req.stream:
-            # An engine that is down is a 502/503 here, before the stream's 200 goes out.
-            await until_disconnect(request, driver.open())
-            return sse_response(_stream(svc, ex, driver))
+            # An engine that is down within FIRST_TOKEN_WAIT is a 502/503 here, before the
+            # stream's 200; past it the stream starts and pings while the prompt is read.
+            opening = await start_stream(request, driver.open())
+            return sse_response(_stream(svc, ex, driver, opening))
 
         done = await until_disconnect(request, _generate(svc, ex, driver))
         response = svc.finished(ex, done)
@@ -143,8 +155,12 @@ def build_responses_router(svc: ResponsesService, *, api_key: ApiKeys) -> APIRou
     return router
 
 
-async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> AsyncIterator[bytes]:
-    """The typed event stream, every event with its ``sequence_number``."""
+async def _stream(
+    svc: ResponsesService, ex: Exchange, driver: TurnDriver, opening: asyncio.Task[None]
+) -> AsyncIterator[bytes]:
+    """The typed event stream, every event with its ``sequence_number``: ``response.created``
+    and ``response.in_progress`` at once, then a ``: ping`` comment (no event, no sequence
+    number) every ``PING_SECONDS`` until the engine's first token, then the output's events."""
     sequence = 0
 
     def frame(event: StreamEvent | PartDelta) -> bytes:
@@ -153,12 +169,14 @@ async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> As
         return frame_event(event, sequence - 1)
 
     rid, created, req = ex.rid, ex.created, ex.req
-    started = svc.response(rid, created, req, "in_progress", [], None)
+    started = svc.response(rid, created, req, "in_progress", [], None, left_out=ex.tools.left_out)
     yield frame(ResponseEvent(type="response.created", response=started))
     yield frame(ResponseEvent(type="response.in_progress", response=started))
     builder = _builder(svc, ex)
 
     async def body() -> AsyncIterator[bytes]:
+        async for ping in pings_until_started(opening):
+            yield ping
         async with aclosing(_output(driver, builder)) as output:
             async for events in output:
                 if events:  # one write a step, its deltas merged
@@ -187,7 +205,7 @@ async def _stream(svc: ResponsesService, ex: Exchange, driver: TurnDriver) -> As
         ]
 
     async def stop() -> None:
-        await driver.aclose()
+        await stop_started(opening, driver.aclose)
 
     async for data in stream_errors(body(), "response", on_error=failed, close=stop):
         yield data

@@ -30,6 +30,7 @@ from .input import (
     to_messages,
 )
 from .output import OutputBuilder, item_id
+from .tools import LeftOut, ToolPlan, flat_name, plan_tools
 from .wire import (
     FunctionCallItem,
     IncompleteDetails,
@@ -86,6 +87,9 @@ class Exchange:
     items: list[dict[str, Any]]
     new: list[dict[str, Any]]
     prep: Prepared
+    #: The request's tools as the model was offered them (namespaced functions flattened,
+    #: hosted tools left out).
+    tools: ToolPlan = field(default_factory=ToolPlan)
     rid: str = field(default_factory=lambda: item_id("resp"))
     created: float = field(default_factory=time.time)
 
@@ -103,6 +107,7 @@ class ResponsesService:
         check_include(req, self.chat.engine.sampling_support)
         items = input_items(req)
         new = to_messages(items)
+        tools = plan_tools(req.tools)
         history: list[dict[str, Any]] = []
         chain: Chain | None = None
         if req.previous_response_id is not None:
@@ -129,7 +134,7 @@ class ResponsesService:
                 )
             history = chain.messages
         try:
-            chat = chat_request(req, history, new)
+            chat = chat_request(req, history, new, tools)
         except ValidationError as exc:
             raise validation_error(exc.errors()) from None
         continuation = None
@@ -145,7 +150,7 @@ class ResponsesService:
             raise
         if chain is not None and self.chat.metrics is not None:
             self.chat.metrics.continued(prep.exact_base > 0)
-        return Exchange(req, owner, items, new, prep)
+        return Exchange(req, owner, items, new, prep, tools)
 
     def response(
         self,
@@ -158,6 +163,7 @@ class ResponsesService:
         *,
         incomplete: bool = False,
         error: ResponseError | None = None,
+        left_out: list[LeftOut] | None = None,
     ) -> ResponseObject:
         return ResponseObject(
             id=rid,
@@ -186,6 +192,7 @@ class ResponsesService:
             top_p=req.top_p,
             usage=usage,
             metadata=req.metadata or {},
+            tools_left_out=[t.as_json() for t in left_out] if left_out else None,
         )
 
     def finished(self, ex: Exchange, done: Generated) -> ResponseObject:
@@ -193,7 +200,14 @@ class ResponsesService:
         status: Literal["completed", "incomplete"] = "incomplete" if done.length else "completed"
         usage = Usage.of(len(ex.prep.prompt_ids), done.n_completion, done.cached)
         return self.response(
-            ex.rid, ex.created, ex.req, status, done.builder.items, usage, incomplete=done.length
+            ex.rid,
+            ex.created,
+            ex.req,
+            status,
+            done.builder.items,
+            usage,
+            incomplete=done.length,
+            left_out=ex.tools.left_out,
         )
 
     async def keep(self, ex: Exchange, response: ResponseObject, generated: Generated) -> None:
@@ -230,7 +244,9 @@ def _reply(response: ResponseObject) -> dict[str, Any]:
         elif isinstance(item, FunctionCallItem) and item.status != "incomplete":
             # A call cut off is not runnable, so the conversation does not keep it: nothing
             # can answer it, and its partial arguments are no call to show the model again.
-            function = {"name": item.name, "arguments": item.arguments or "{}"}
+            # (A namespaced function under the flat name the model was offered it by.)
+            name = item.name if item.namespace is None else flat_name(item.namespace, item.name)
+            function = {"name": name, "arguments": item.arguments or "{}"}
             calls.append({"id": item.call_id, "type": "function", "function": function})
         elif isinstance(item, ReasoningItem):
             reasoning += [part.text for part in item.content]

@@ -111,6 +111,8 @@ class FunctionCallItem(_Wire):
     call_id: str
     name: str
     arguments: str
+    #: The namespace tool the function belongs to (written only for a namespaced one).
+    namespace: str | None = Field(default=None, exclude_if=_is_none)
 
 
 OutputItem = Annotated[MessageItem | ReasoningItem | FunctionCallItem, Field(discriminator="type")]
@@ -193,6 +195,9 @@ class ResponseObject(_Wire):
     truncation: Literal["disabled"] = "disabled"
     usage: Usage | None
     metadata: dict[str, str]
+    #: Tools of the request that are not in the prompt (hosted ones chatfmt cannot run), each
+    #: ``{"index", "type", "reason"}``; written only when there are some.
+    tools_left_out: list[dict[str, Any]] | None = Field(default=None, exclude_if=_is_none)
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON values, as the store keeps them."""
