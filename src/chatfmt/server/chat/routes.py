@@ -8,8 +8,8 @@ import time
 from fastapi import APIRouter, Request, Response
 
 from ..http.bodies import ApiKeys, json_response, read_json_body, require_bearer
-from ..http.errors import ApiError, ErrorResponse
-from ..http.openapi import error_responses, event_stream_ok, json_body
+from ..http.errors import ApiError
+from ..http.openapi import TOO_LARGE, error_responses, event_stream_ok, json_body
 from ..http.sse import sse_response, start_stream, until_disconnect
 from .schemas import (
     ChatCompletion,
@@ -27,10 +27,6 @@ _CHAT_OK = event_stream_ok(
     ChatCompletion,
 )
 
-#: Answered by the app's BodyLimitMiddleware (chatfmt.server.http.limits) before a route runs.
-_TOO_LARGE: dict[int | str, dict[str, object]] = {
-    413: {"model": ErrorResponse, "description": "A body over the server's size limit"}
-}
 
 
 def build_router(service: ChatService, *, api_key: ApiKeys) -> APIRouter:
@@ -42,7 +38,7 @@ def build_router(service: ChatService, *, api_key: ApiKeys) -> APIRouter:
         "/v1/chat/completions",
         response_model=None,
         openapi_extra=json_body(ChatCompletionRequest),
-        responses={**_CHAT_OK, **error_responses(400, 401, 415, 502, 503), **_TOO_LARGE},
+        responses={**_CHAT_OK, **error_responses(400, 401, 415, 502, 503), **TOO_LARGE},
     )
     async def chat_completions(request: Request) -> Response:
         require_bearer(request, api_key)
@@ -62,7 +58,7 @@ def build_router(service: ChatService, *, api_key: ApiKeys) -> APIRouter:
         responses={
             200: {"model": TokenizeResponse},
             **error_responses(400, 401, 415),
-            **_TOO_LARGE,
+            **TOO_LARGE,
         },
     )
     async def tokenize(request: Request) -> Response:

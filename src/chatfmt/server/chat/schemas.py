@@ -207,6 +207,12 @@ def check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
 LogitBias = Annotated[dict[str, float] | None, AfterValidator(check_logit_bias)]
 
 
+def stop_sequences(stop: str | list[str] | None) -> list[str]:
+    """A request's ``stop`` (one string, a list, or none) as a list, empty strings dropped."""
+    items = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    return [s for s in items if s]
+
+
 class SamplingFields(BaseModel):
     """The sampling fields of chat completions, which the Responses API takes too (chatfmt's
     and vLLM's extension): OpenAI's, and vLLM's and llama.cpp's ``top_k`` … ``repetition_penalty``
@@ -306,10 +312,7 @@ class ChatCompletionRequest(_Lenient, SamplingFields, BudgetField):
     @property
     def stop_list(self) -> list[str]:
         """Stop sequences as a list, empty strings dropped."""
-        if self.stop is None:
-            return []
-        items = [self.stop] if isinstance(self.stop, str) else self.stop
-        return [s for s in items if s]
+        return stop_sequences(self.stop)
 
     @property
     def requested_max_tokens(self) -> int | None:

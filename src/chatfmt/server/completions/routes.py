@@ -15,8 +15,7 @@ from fastapi import APIRouter, Request, Response
 
 from ..chat.schemas import ChatCompletionRequest
 from ..http.bodies import ApiKeys, json_response, read_json_body, require_bearer
-from ..http.errors import ErrorResponse
-from ..http.openapi import error_responses, event_stream_ok, json_body
+from ..http.openapi import TOO_LARGE, error_responses, event_stream_ok, json_body
 from ..http.sse import sse_response, until_disconnect
 from .schemas import (
     Completion,
@@ -32,9 +31,6 @@ _COMPLETION_OK = event_stream_ok(
     "'data: <text_completion>' per piece of text, then 'data: [DONE]'",
     Completion,
 )
-_TOO_LARGE: dict[int | str, dict[str, object]] = {
-    413: {"model": ErrorResponse, "description": "A body over the server's size limit"}
-}
 
 
 def build_completions_router(service: CompletionsService, *, api_key: ApiKeys) -> APIRouter:
@@ -46,7 +42,7 @@ def build_completions_router(service: CompletionsService, *, api_key: ApiKeys) -
         "/v1/completions",
         response_model=None,
         openapi_extra=json_body(CompletionRequest),
-        responses={**_COMPLETION_OK, **error_responses(400, 401, 415, 502, 503), **_TOO_LARGE},
+        responses={**_COMPLETION_OK, **error_responses(400, 401, 415, 502, 503), **TOO_LARGE},
     )
     async def completions(request: Request) -> Response:
         """A text or token-id prompt continued as given (no chat template)."""
@@ -75,7 +71,7 @@ def build_completions_router(service: CompletionsService, *, api_key: ApiKeys) -
         "/v1/chat/render",
         response_model=None,
         openapi_extra=json_body(ChatCompletionRequest),
-        responses={200: {"model": RenderResponse}, **error_responses(400, 401, 415), **_TOO_LARGE},
+        responses={200: {"model": RenderResponse}, **error_responses(400, 401, 415), **TOO_LARGE},
     )
     async def render(request: Request) -> Response:
         """The exact prompt (text and ids) ``/v1/chat/completions`` would send for this body."""

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
-from ..chat.schemas import SamplingFields, StreamOptions, Usage
+from ..chat.schemas import SamplingFields, StreamOptions, Usage, stop_sequences
 
 #: OpenAI's default ``max_tokens`` for the legacy completions (vLLM's too).
 DEFAULT_MAX_TOKENS = 16
@@ -75,10 +75,7 @@ class CompletionRequest(SamplingFields):
     @property
     def stop_list(self) -> list[str]:
         """Stop sequences as a list, empty strings dropped."""
-        if self.stop is None:
-            return []
-        items = [self.stop] if isinstance(self.stop, str) else self.stop
-        return [s for s in items if s]
+        return stop_sequences(self.stop)
 
 
 class _Wire(BaseModel):

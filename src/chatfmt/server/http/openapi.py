@@ -101,3 +101,9 @@ def _drop_422(document: dict[str, Any]) -> None:
     schemas = document.get("components", {}).get("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
+
+
+#: Answered by the app's BodyLimitMiddleware (chatfmt.server.http.limits) before a route runs.
+TOO_LARGE: dict[int | str, dict[str, object]] = {
+    413: {"model": ErrorResponse, "description": "A body over the server's size limit"}
+}
