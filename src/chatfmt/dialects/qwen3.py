@@ -199,10 +199,10 @@ class Qwen3(ChatML):
 
 
 class QwQ(Qwen3):
-    """QwQ-32B: byte-exact with its published chat template (as llama.cpp keeps it).
-
-    That template closes the thought in the generation prompt unless ``enable_thinking`` is
-    true, so thinking is off unless a request turns it on."""
+    """QwQ-32B: byte-exact with Qwen's own chat template, whose generation prompt opens the
+    thought (``<think>\n``): QwQ always thinks. llama.cpp's copy of the template adds an
+    ``enable_thinking`` switch that closes the thought unless it is true; chatfmt keeps that
+    switch as an option (``with_reasoning(enabled=False)``), off the vendor's default."""
 
     name = "qwq"
     fingerprint = Fingerprint(
@@ -213,7 +213,7 @@ class QwQ(Qwen3):
         fixed_system=(),
         precedence=140,
     )
-    thinking = False
+    thinking = True
     prompt_opens_thought = True
 
     def _render_system(self, b: BlockBuilder, conversation: Conversation) -> int:
