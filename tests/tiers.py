@@ -41,6 +41,7 @@ SLOW_FIXTURES = frozenset(
         "browser",  # tests/web: Chromium
         "chromium",
         "postgres_server",  # a PostgreSQL server of the suite's own
+        "vendor_wheel",  # the vendors' templates, fetched from PyPI at test time
     }
 )
 #: Fixtures with a generic name that start one only in the module that defines them.

@@ -125,3 +125,34 @@ def test_every_detected_reference_template_is_served_exactly_or_refused() -> Non
             assert len(result.compared) >= 3, (path.name, result.skipped)
     assert refused == REFUSED
     assert len(served) == 20  # Qwen, GLM, Kimi, DeepSeek, Granite, Nemotron, Gemma, MiniMax
+
+
+# ==== The vendors' own templates ====
+
+#: Vendor templates a fingerprint matches whose model its dialect does not render: a newer
+#: version chatfmt has no dialect for yet, refused at load instead of served in the older one's
+#: format.
+VENDOR_REFUSED = {
+    "glm-4-32b-0414",  # GLM-4-0414: no ChatGLM default system prompt
+    "glm-4-9b-0414",
+    "glm-5.1",  # <think></think> before a finished answer
+    "minimax",  # MiniMax-M2.7: names itself in its default system prompt
+}
+
+
+def test_every_detected_vendor_template_is_served_exactly_or_refused(vendor_wheel: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from vendor_templates import vendor_templates
+
+    refused, served = set(), set()
+    for vendor in vendor_templates(vendor_wheel):
+        detection = detect_dialect(vendor.source, None)
+        if detection.name is None:
+            continue
+        tokens = {"bos_token": vendor.bos_token, "eos_token": vendor.eos_token}
+        template = ChatTemplate(vendor.source, **tokens)
+        result = check_dialect(get_dialect(detection.name), template)
+        (served if result.ok else refused).add(vendor.model)
+    assert refused == VENDOR_REFUSED
+    # Qwen's own QwQ template, Qwen3 to 3.6, GLM-4, GLM-4.7-Flash and GLM-5, DeepSeek R1.
+    assert {"qwq-32b", "qwen-3", "qwen-3.5", "glm-5", "deepseek-r1"} <= served
