@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -138,6 +138,9 @@ class Dialect(ABC):
     #: Control tokens the reference template writes inside its own text (see
     #: :meth:`BlockBuilder.tagged`).
     inline_controls: tuple[str, ...] = ()
+    #: Whether a run of tool results is one turn (one of :meth:`_turns`, written by one
+    #: :meth:`_render_results` call, kept in one block) or each result a turn of its own.
+    results_together: bool = True
     #: The markup of the family's chat template, by which :func:`~chatfmt.detect_dialect`
     #: recognises its models (``None``: never detected, only chosen by name).
     fingerprint: Fingerprint | None = None
@@ -303,6 +306,21 @@ class Dialect(ABC):
     def _builder(self) -> BlockBuilder:
         return BlockBuilder(inline_controls=self.inline_controls)
 
+    def _turns(self, msgs: Sequence[Message], start: int = 0) -> Iterator[tuple[int, int]]:
+        """The turns of ``msgs[start:]`` as index ranges ``(i, j)``: a run of tool results is
+        one turn when :attr:`results_together`, any other message a turn of its own."""
+        i, n, together = start, len(msgs), self.results_together
+        while i < n:
+            j = results_end(msgs, i) if together else i
+            j = max(j, i + 1)
+            yield i, j
+            i = j
+
+    def _render_results(self, b: BlockBuilder, results: Sequence[Message]) -> None:
+        """The turn of a run of tool results (one of :meth:`_turns`), for a layout that
+        writes results through it."""
+        raise NotImplementedError(f"dialect {self.name!r} does not write tool results")
+
     def render(
         self,
         conversation: ConversationLike,
@@ -412,12 +430,29 @@ class Dialect(ABC):
         return f"<{type(self).__name__} {self.name!r}>"
 
 
+#: The roles of a tool's result (``observation``: ChatGLM's name for it).
+RESULT_ROLES = ("tool", "observation")
+
+
+def is_result(m: Message) -> bool:
+    return m.role in RESULT_ROLES
+
+
 def results_end(msgs: Sequence[Message], i: int) -> int:
     """The index after the run of tool results that starts at ``i``."""
     j = i
-    while j < len(msgs) and msgs[j].role in ("tool", "observation"):
+    while j < len(msgs) and msgs[j].role in RESULT_ROLES:
         j += 1
     return j
+
+
+def last_of(msgs: Sequence[Message], *roles: str) -> int:
+    """The index of the last message with one of ``roles`` (-1: none): where the templates'
+    history rules cut (reasoning kept only after the last user message)."""
+    for i in range(len(msgs) - 1, -1, -1):
+        if msgs[i].role in roles:
+            return i
+    return -1
 
 
 def single_message_result(

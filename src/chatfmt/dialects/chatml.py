@@ -22,7 +22,7 @@ from ..markup import TOOL_RESPONSE, TOOL_RESPONSE_END, escape_lone_surrogates
 from ..messages import Conversation, Message, Tool
 from ..segments import Block, BlockBuilder, Control, Segment, Text
 from ..validation import JSON_CALL_NAMES, MessageRule, NeedsContent, NoMetadata
-from .base import Dialect, StreamParser, results_end
+from .base import RESULT_ROLES, Dialect, StreamParser
 from .fingerprint import CHATML_MARKUP, HERMES_MARKUP, Fingerprint
 from .parsers.hermes import HermesParser
 
@@ -118,6 +118,7 @@ class ChatML(Dialect):
     inline_controls: tuple[str, ...] = (TOOL_CALL, TOOL_CALL_END)
     reply_in_words = True
     turns_render_independently = True
+    results_together = False  # plain ChatML: each result is a tool turn of its own
     #: System prompt used when the conversation has none (``None``: no system turn then, unless
     #: tools must be described).
     default_system: str | None = None
@@ -128,15 +129,13 @@ class ChatML(Dialect):
         self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
     ) -> None:
         msgs = conversation.messages
-        i = self._render_system(b, conversation)
         turn = self._turn_writer(msgs)
-        n = len(msgs)
-        while i < n:
-            if msgs[i].role in ("tool", "observation"):
-                i = self._render_results(b, msgs, i)
-                continue
-            turn(b, i)
-            i += 1
+        for i, j in self._turns(msgs, self._render_system(b, conversation)):
+            if msgs[i].role in RESULT_ROLES:
+                self._render_results(b, msgs[i:j])
+                b.block(range(i, j))
+            else:
+                turn(b, i)
         if add_generation_prompt:
             b.control(IM_START)
             b.text("assistant\n")
@@ -219,15 +218,12 @@ class ChatML(Dialect):
         b.control(IM_END)
         b.text("\n")
 
-    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
-        """Render the tool result at ``i``; return the index of the next message."""
-        m = msgs[i]
+    def _render_results(self, b: BlockBuilder, results: Sequence[Message]) -> None:
+        (m,) = results  # a turn each (results_together is off)
         b.control(IM_START)
         b.text(self._header("tool", m.metadata) + "\n" + m.text)
         b.control(IM_END)
         b.text("\n")
-        b.block((i,))
-        return i + 1
 
     # ==== Parsing ====
 
@@ -262,17 +258,16 @@ class Qwen25(ChatML):
     def _header(self, role: str, metadata: str | None) -> str:
         return role  # the template writes no metadata
 
-    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
+    results_together = True
+
+    def _render_results(self, b: BlockBuilder, results: Sequence[Message]) -> None:
         # Consecutive results share one user turn, one <tool_response> block each.
-        j = results_end(msgs, i)
         b.control(IM_START)
         b.text("user")
-        for m in msgs[i:j]:
+        for m in results:
             b.text("\n<tool_response>\n" + m.text + "\n</tool_response>")
         b.control(IM_END)
         b.text("\n")
-        b.block(range(i, j))
-        return j
 
 
 # A reply that starts as a JSON call object, or a fenced one anywhere in it.

@@ -22,7 +22,7 @@ from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message, ToolCall
 from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata, json_name_is_bad
-from .base import Dialect, ReasoningMode, StreamParser, results_end
+from .base import Dialect, ReasoningMode, StreamParser, is_result
 from .chatml import arguments_json
 from .fingerprint import Fingerprint
 from .parsers.deepseek import (
@@ -61,10 +61,6 @@ def _answer(content: str, *, split_once: bool) -> str:
     if THINK_END not in content:
         return content
     return content.split(THINK_END, 1)[1] if split_once else content.split(THINK_END)[-1]
-
-
-def is_result(m: Message) -> bool:
-    return m.role in ("tool", "observation")
 
 
 class DeepSeekBase(Dialect):
@@ -177,9 +173,7 @@ class DeepSeekV31(DeepSeekBase):
         b.block([i for i, m in enumerate(msgs) if m.role == "system"])
         last_user = False  # the template's ns.is_last_user: a user spoke since the last reply
         after_results = False
-        n = len(msgs)
-        i = 0
-        while i < n:
+        for i, j in self._turns(msgs):
             m = msgs[i]
             if m.role == "user":
                 b.control(USER)
@@ -189,17 +183,11 @@ class DeepSeekV31(DeepSeekBase):
                 self._render_assistant(b, m, opens=last_user, after_results=after_results)
                 last_user = after_results = False
             elif is_result(m):
-                j = results_end(msgs, i)
                 self._render_results(b, msgs[i:j])
-                b.block(range(i, j))
                 last_user, after_results = False, True
-                i = j
-                continue
             else:  # system: already rendered at the top
-                i += 1
                 continue
-            b.block((i,))
-            i += 1
+            b.block(range(i, j))
         if add_generation_prompt and self._prompts_after(msgs, last_user, after_results):
             b.control(ASSISTANT)
             self._generation_prompt(b)
@@ -344,6 +332,5 @@ __all__ = [
     "DeepSeekBase",
     "DeepSeekR1",
     "DeepSeekV31",
-    "is_result",
     "system_prompt_of",
 ]

@@ -13,13 +13,12 @@ from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import BlockBuilder
 from ..validation import MessageRule
-from .base import StreamParser, results_end
+from .base import RESULT_ROLES, StreamParser, is_result, last_of
 from .deepseek import (
     ASSISTANT,
     DEEPSEEK_TURNS,
     USER,
     DeepSeekBase,
-    is_result,
     system_prompt_of,
 )
 from .fingerprint import Fingerprint
@@ -168,11 +167,9 @@ class DeepSeekV32(DeepSeekBase):
     ) -> None:
         msgs = conversation.messages
         self._open(b, conversation)
-        last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+        last_user = last_of(msgs, "user")
         pending = ""  # what the next reply opens with: "user" (a new turn), "results", ""
-        n = len(msgs)
-        i = 0
-        while i < n:
+        for i, j in self._turns(msgs):
             m = msgs[i]
             if m.role == "user":
                 b.control(USER)
@@ -189,24 +186,20 @@ class DeepSeekV32(DeepSeekBase):
                     self._render_calls(b, m.tool_calls)
                 b.control(EOS)
             elif is_result(m):
-                j = results_end(msgs, i)
                 b.text("\n\n<function_results>")
                 for r in msgs[i:j]:
                     b.text(f"\n<result>{r.text}</result>")
                 b.text("\n</function_results>")
                 # The blank line that opens the next reply, in this text run as the template's
                 # string has it (a separate run would tokenize differently).
-                if (j < n and msgs[j].role == "assistant") or (j == n and add_generation_prompt):
+                if (j < len(msgs) and msgs[j].role == "assistant") or (
+                    j == len(msgs) and add_generation_prompt
+                ):
                     b.text("\n\n")
-                b.block(range(i, j))
                 pending = "results"
-                i = j
-                continue
             else:
-                i += 1
                 continue
-            b.block((i,))
-            i += 1
+            b.block(range(i, j))
         if add_generation_prompt and pending:
             if pending == "user":
                 b.control(ASSISTANT)
@@ -251,9 +244,7 @@ class DeepSeekV4(DeepSeekV32):
     ) -> None:
         msgs = conversation.messages
         self._open(b, conversation)
-        last_input = max(
-            (i for i, m in enumerate(msgs) if m.role == "user" or is_result(m)), default=-1
-        )
+        last_input = last_of(msgs, "user", *RESULT_ROLES)
         n = len(msgs)
         i = 0
         while i < n:

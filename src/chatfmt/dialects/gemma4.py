@@ -29,7 +29,7 @@ from ..grammar import ToolLike
 from ..messages import Conversation, Message, ToolCall
 from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import MessageRule, NoMetadata
-from .base import Dialect, StreamParser, results_end
+from .base import Dialect, StreamParser, last_of, results_end
 from .fingerprint import Fingerprint
 from .gemma4_grammar import gemma4_call_grammar
 from .gemma4_tools import declaration
@@ -189,7 +189,7 @@ class Gemma4(Dialect):
             b.text("\n")
         b.block((0,) if first_system else ())
         start = 1 if first_system else 0
-        last_user = max((i for i in range(start, len(msgs)) if msgs[i].role == "user"), default=-1)
+        last_user = last_of(msgs, "user")
         last_kind: str | None = None  # what the last rendered message ended with
         previous: str | None = None  # the role of the last message that was not a result
         i = start

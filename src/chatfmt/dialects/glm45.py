@@ -29,7 +29,7 @@ from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message, Tool, ToolCall
 from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata
-from .base import Dialect, EndRule, ReasoningMode, StreamParser
+from .base import Dialect, EndRule, ReasoningMode, StreamParser, last_of
 from .fingerprint import Fingerprint
 from .glm import ASSISTANT, GLM_MARKUP, NEXT_ROLES, OBSERVATION, SYSTEM, USER
 from .parsers.deepseek import valid_name
@@ -173,7 +173,7 @@ class _GLM45(Dialect):
         if conversation.tools:
             self._render_tools(b, conversation.tools)
         b.block()
-        last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+        last_user = last_of(msgs, "user")
         n = len(msgs)
         i = 0
         while i < n:

@@ -16,12 +16,13 @@ offline: the tags ``<tool_call>``, ``</tool_call>``, ``<tool_response>`` and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ..grammar import Grammar, ToolLike
 from ..messages import Conversation, Message
 from ..segments import BlockBuilder, Segment
 from ..validation import JSON_CALL_NAMES, MessageRule, NoMetadata
-from .base import Dialect, StreamParser, results_end
+from .base import RESULT_ROLES, Dialect, StreamParser
 from .chatml import (
     TOOL_CALL,
     TOOL_CALL_END,
@@ -57,18 +58,21 @@ _TOOLS_TAIL = (
 )
 
 
+_GRANITE4 = Fingerprint(
+    "Granite 4.0 (<|start_of_role|>role<|end_of_role|> … <|end_of_text|>, Hermes "
+    "<tool_call> calls, a default system prompt when there is none)",
+    requires=("<|start_of_role|>", "<|end_of_role|>", "tools_system_message_prefix"),
+    any_of=("g4_default_system_message",),
+    excludes=("<|tool_call|>",),
+    precedence=250,
+)
+
+
 class Granite4(Dialect):
     """Granite 4.0: byte-exact with its published chat template (text; no vocabulary offline)."""
 
     name = "granite4"
-    fingerprint = Fingerprint(
-        "Granite 4.0 (<|start_of_role|>role<|end_of_role|> … <|end_of_text|>, Hermes "
-        "<tool_call> calls, a default system prompt when there is none)",
-        requires=("<|start_of_role|>", "<|end_of_role|>", "tools_system_message_prefix"),
-        any_of=("g4_default_system_message",),
-        excludes=("<|tool_call|>",),
-        precedence=250,
-    )
+    fingerprint = _GRANITE4
     rules: tuple[MessageRule, ...] = (NoMetadata(), JSON_CALL_NAMES)
     controls = (START_OF_ROLE, END_OF_ROLE, END_OF_TEXT, *_TAGS)
     stop_controls = (END_OF_TEXT,)
@@ -86,21 +90,18 @@ class Granite4(Dialect):
         self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
     ) -> None:
         msgs = conversation.messages
-        i = self._render_system(b, conversation)
-        while i < len(msgs):
+        for i, j in self._turns(msgs, self._render_system(b, conversation)):
             m = msgs[i]
-            if m.role in ("tool", "observation"):
-                i = self._render_results(b, msgs, i)
-                continue
-            self._head(b, m.role)
-            b.text(m.text)
-            if m.role == "assistant":
+            if m.role in RESULT_ROLES:
+                self._render_results(b, msgs[i:j])
+            else:
+                self._head(b, m.role)
+                b.text(m.text)
                 for k, call in enumerate(m.tool_calls or ()):
                     b.text("\n" if k or m.text else "")
                     self._render_call(b, call.name, call.arguments, call.raw)
-            self._end(b)
-            b.block((i,))
-            i += 1
+                self._end(b)
+            b.block(range(i, j))
         if add_generation_prompt:
             self._head(b, "assistant")
             b.block()
@@ -147,14 +148,11 @@ class Granite4(Dialect):
     def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
         render_hermes_call(b, name, arguments, raw)
 
-    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
+    def _render_results(self, b: BlockBuilder, results: Sequence[Message]) -> None:
         # Consecutive results share one user turn, one <tool_response> block each.
-        j = results_end(msgs, i)
         self._head(b, "user")
-        render_tool_responses(b, (m.text for m in msgs[i:j]))
+        render_tool_responses(b, (m.text for m in results))
         self._end(b)
-        b.block(range(i, j))
-        return j
 
     # ==== Parsing and grammars ====
 
@@ -179,10 +177,12 @@ class Granite41(Granite4):
     """Granite 4.1: as 4.0, without the default system prompt (byte-exact with its template)."""
 
     name = "granite4.1"
-    fingerprint = Fingerprint(
-        "Granite 4.1 (<|start_of_role|>role<|end_of_role|> … <|end_of_text|>, Hermes "
+    # 4.0's markup without its default system prompt.
+    fingerprint = replace(
+        _GRANITE4,
+        why="Granite 4.1 (<|start_of_role|>role<|end_of_role|> … <|end_of_text|>, Hermes "
         "<tool_call> calls, no default system prompt)",
-        requires=("<|start_of_role|>", "<|end_of_role|>", "tools_system_message_prefix"),
+        any_of=(),
         excludes=("<|tool_call|>", "g4_default_system_message"),
         precedence=240,
     )

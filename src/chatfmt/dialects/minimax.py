@@ -24,7 +24,7 @@ from ..markup import THINK, THINK_END
 from ..messages import Conversation, Message
 from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import CallNames, MessageRule, NoMetadata, SystemOnlyFirst
-from .base import Dialect, StreamParser, results_end
+from .base import RESULT_ROLES, Dialect, StreamParser, last_of
 from .fingerprint import Fingerprint
 from .parsers.think import ThinkParser
 from .parsers.values import Schemas, tool_schemas
@@ -127,23 +127,19 @@ class MiniMaxM2(Dialect):
             b.tagged(_TOOLS_TAIL)
         self._end(b)
         b.block((0,) if first_system else ())
-        start = 1 if first_system else 0
-        last_user = max((i for i in range(start, len(msgs)) if msgs[i].role == "user"), default=-1)
-        i = start
-        while i < len(msgs):
+        last_user = last_of(msgs, "user")
+        for i, j in self._turns(msgs, 1 if first_system else 0):
             m = msgs[i]
-            if m.role in ("tool", "observation"):
-                i = self._render_results(b, msgs, i)
-                continue
-            if m.role == "assistant":
+            if m.role in RESULT_ROLES:
+                self._render_results(b, msgs[i:j])
+            elif m.role == "assistant":
                 self._render_assistant(b, m, keep=i > last_user)
             elif m.role == "user":
                 b.control(ROLE)
                 b.text("user\n" + m.text)
                 self._end(b)
             # A later system message: the template drops it (refused when strict).
-            b.block((i,))
-            i += 1
+            b.block(range(i, j))
         if add_generation_prompt:
             b.control(ROLE)
             b.text("ai\n")
@@ -174,16 +170,13 @@ class MiniMaxM2(Dialect):
             MINIMAX_XML.write(b, [(c.name, c.arguments_dict()) for c in m.tool_calls])
         self._end(b)
 
-    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
+    def _render_results(self, b: BlockBuilder, results: Sequence[Message]) -> None:
         # Consecutive results share one tool turn, one <response> each.
-        j = results_end(msgs, i)
         b.control(ROLE)
         b.text("tool")
-        for m in msgs[i:j]:
+        for m in results:
             b.text("\n<response>" + m.text + "</response>")
         self._end(b)
-        b.block(range(i, j))
-        return j
 
     # ==== Parsing and grammars ====
 

@@ -27,7 +27,7 @@ from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
 from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import JSON_CALL_NAMES, MessageRule, SystemOnlyFirst
-from .base import Dialect, ReasoningMode, StreamParser
+from .base import Dialect, ReasoningMode, StreamParser, last_of
 from .chatml import (
     ENDOFTEXT,
     IM_END,
@@ -94,7 +94,7 @@ class Nemotron3(XMLCallsMixin):
         # The last user message of any kind; with none, every turn keeps its thought.
         if not self.truncate_history_thinking:
             return -1
-        return max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+        return last_of(msgs, "user")
 
     def _render_system(self, b: BlockBuilder, conversation: Conversation) -> int:
         msgs = conversation.messages
@@ -148,8 +148,8 @@ class Nemotron3(XMLCallsMixin):
             self._render_call(b, call.name, call.arguments, call.raw)
             b.text("\n")
 
-    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
-        return render_result_lines(b, msgs, i)
+    def _render_results(self, b: BlockBuilder, results: Sequence[Message]) -> None:
+        render_result_lines(b, results)
 
     def _generation_prompt(self, b: BlockBuilder) -> None:
         b.tagged(THINK + "\n" if self.thinking else _EMPTY_THOUGHT)

@@ -19,7 +19,7 @@ from ..markup import THINK, THINK_END, TOOL_RESPONSE, TOOL_RESPONSE_END
 from ..messages import Conversation, Message
 from ..segments import BlockBuilder, Control, Segment, Text
 from ..validation import JSON_CALL_NAMES, MessageRule, NeedsContent, NoMetadata
-from .base import ReasoningMode, StreamParser, results_end
+from .base import ReasoningMode, StreamParser
 from .chatml import (
     HERMES_TOOLS_TAIL,
     IM_END,
@@ -136,17 +136,16 @@ class Qwen3(ChatML):
     def _render_call(self, b: BlockBuilder, name: str, arguments: str, raw: str | None) -> None:
         render_hermes_call(b, name, arguments, raw)
 
-    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
+    results_together = True
+
+    def _render_results(self, b: BlockBuilder, results: Sequence[Message]) -> None:
         # Consecutive results share one user turn, one <tool_response> block each; the tags
         # are tokens of this vocabulary, the result between them is text.
-        j = results_end(msgs, i)
         b.control(IM_START)
         b.text("user")
-        render_tool_responses(b, (self._text(m) for m in msgs[i:j]))
+        render_tool_responses(b, (self._text(m) for m in results))
         b.control(IM_END)
         b.text("\n")
-        b.block(range(i, j))
-        return j
 
     def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
         """The Hermes call opening; after a thought the prompt opened, that thought closed

@@ -36,7 +36,7 @@ from ..validation import (
     SystemOnlyFirst,
     check_messages,
 )
-from .base import StreamParser, results_end
+from .base import StreamParser
 from .chatml import (
     ENDOFTEXT,
     IM_END,
@@ -121,18 +121,14 @@ _XML_CALL_NAMES = CallNames(
 )
 
 
-def render_result_lines(b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
-    """The run of tool results at ``i`` as the XML-call templates write it (Qwen3-Coder,
-    Nemotron 3): one user turn, each ``<tool_response>`` block on lines of its own; returns
-    the index after the run."""
-    j = results_end(msgs, i)
+def render_result_lines(b: BlockBuilder, results: Sequence[Message]) -> None:
+    """A run of tool results as the XML-call templates write it (Qwen3-Coder, Nemotron 3):
+    one user turn, each ``<tool_response>`` block on lines of its own."""
     b.control(IM_START)
     b.text("user\n")
-    render_tool_responses(b, (m.text for m in msgs[i:j]), trailing_newline=True)
+    render_tool_responses(b, (m.text for m in results), trailing_newline=True)
     b.control(IM_END)
     b.text("\n")
-    b.block(range(i, j))
-    return j
 
 
 class XMLCallsMixin(Qwen3):
@@ -225,8 +221,8 @@ class Qwen3Coder(XMLCallsMixin):
             b.text("\n")
             self._render_call(b, call.name, call.arguments, call.raw)
 
-    def _render_results(self, b: BlockBuilder, msgs: Sequence[Message], i: int) -> int:
-        return render_result_lines(b, msgs, i)
+    def _render_results(self, b: BlockBuilder, results: Sequence[Message]) -> None:
+        render_result_lines(b, results)
 
     def _generation_prompt(self, b: BlockBuilder) -> None:
         pass  # no thought to open or close

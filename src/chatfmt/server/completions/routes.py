@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request, Response
 from ..chat.schemas import ChatCompletionRequest
 from ..http.bodies import ApiKeys, json_response, read_json_body, require_bearer
 from ..http.openapi import TOO_LARGE, error_responses, event_stream_ok, json_body
-from ..http.sse import sse_response, until_disconnect
+from ..http.sse import sse_response, start_stream, until_disconnect
 from .schemas import (
     Completion,
     CompletionRequest,
@@ -51,8 +51,9 @@ def build_completions_router(service: CompletionsService, *, api_key: ApiKeys) -
         prep = service.prepare(req)
         if prep.stream:
             driver = service.driver(prep)
-            await until_disconnect(request, driver.open())
-            return sse_response(service.sse(prep, driver))
+            # Headers within FIRST_TOKEN_WAIT, pings while the engine reads a long prompt.
+            opening = await start_stream(request, driver.open())
+            return sse_response(service.sse(prep, driver, opening))
         return json_response(await until_disconnect(request, service.complete(prep)))
 
     @router.post(

@@ -11,6 +11,7 @@ control token the model writes (other than a stop) is written out by name.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -29,7 +30,7 @@ from ..chat.schemas import ChatCompletionRequest, Usage
 from ..chat.service import ChatService
 from ..http.bodies import json_bytes
 from ..http.errors import ApiError
-from ..http.sse import DONE, sse_event, stream_errors
+from ..http.sse import DONE, pings_until_started, sse_event, stream_errors
 from .schemas import (
     DEFAULT_MAX_TOKENS,
     Completion,
@@ -175,9 +176,16 @@ class CompletionsService:
         usage = Usage.of(driver.prompt_tokens, driver.completion_tokens, driver.cached_tokens)
         return self._new([choice], usage)
 
-    def sse(self, prep: PreparedCompletion, driver: TurnDriver) -> AsyncIterator[bytes]:
+    def sse(
+        self,
+        prep: PreparedCompletion,
+        driver: TurnDriver,
+        opening: asyncio.Task[None] | None = None,
+    ) -> AsyncIterator[bytes]:
         """Chunks (``text_completion`` objects, each with the text since the last one), the
-        usage chunk if asked, ``[DONE]``."""
+        usage chunk if asked, ``[DONE]``. ``opening``: the driver's start still under way
+        (:func:`~..http.sse.start_stream`): a ``: ping`` comment every ``PING_SECONDS`` until
+        the first token."""
         base = self._new([])
         exclude = None if prep.include_usage else {"usage"}
 
@@ -186,6 +194,9 @@ class CompletionsService:
             return sse_event(json_bytes(body, exclude=exclude))
 
         async def body() -> AsyncIterator[bytes]:
+            if opening is not None:
+                async for ping in pings_until_started(opening):
+                    yield ping
             offset = 0
             async with aclosing(driver.steps()) as steps:
                 async for events in steps:

@@ -16,6 +16,7 @@ it does not know.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,6 +271,13 @@ def _kind(block: Any, param: str) -> str:
     return kind
 
 
+def _typed(blocks: list[Any], param: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """Each block of a message's content with its place (``param``'s index) and checked type."""
+    for j, block in enumerate(blocks):
+        where = f"{param}.{j}"
+        yield where, _kind(block, where), block
+
+
 def _text_block(block: Any, param: str) -> str:
     if _kind(block, param) != "text":
         raise bad(f"only text blocks are allowed here, not {block['type']!r}", f"{param}.type")
@@ -282,9 +290,7 @@ def _text_block(block: Any, param: str) -> str:
 def _user(blocks: list[Any], param: str, out: list[dict[str, Any]], origins: list[str]) -> None:
     """A user turn: its tool results (each the tool message of its call), then its text."""
     texts: list[str] = []
-    for j, block in enumerate(blocks):
-        where = f"{param}.{j}"
-        kind = _kind(block, where)
+    for where, kind, block in _typed(blocks, param):
         if kind == "text":
             texts.append(_text_block(block, where))
         elif kind == "tool_result":
@@ -332,9 +338,7 @@ def _assistant(blocks: list[Any], param: str) -> dict[str, Any]:
     texts: list[str] = []
     thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
-    for j, block in enumerate(blocks):
-        where = f"{param}.{j}"
-        kind = _kind(block, where)
+    for where, kind, block in _typed(blocks, param):
         if kind == "text":
             texts.append(_text_block(block, where))
         elif kind == "thinking":
