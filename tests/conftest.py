@@ -319,3 +319,15 @@ def vendor_wheel() -> Path:
     from vendor_templates import cache_dir, fetch_wheel
 
     return fetch_wheel(cache_dir())
+
+
+@pytest.fixture(scope="session")
+def grammar_backends() -> Path:
+    """The interpreter of an environment with vLLM's grammar backends (xgrammar, llguidance),
+    built with pip once (see ``tests/grammar/backends.py``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "grammar"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "template"))
+    from backends import backend_python
+    from vendor_templates import cache_dir
+
+    return backend_python(cache_dir())

@@ -19,8 +19,10 @@ from ..errors import SchemaError
 #: the grammar, so a trigger must never match more whitespace than the grammar allows.
 WS_PATTERN = r"(?: |\n[ \t]{0,20})?"
 #: Whitespace between JSON tokens. Bounded: an unbounded run lets a small model emit
-#: newlines until max_tokens (a known failure of ``[ \t\n]*`` grammars).
-WS_RULE = '| " " | "\\n" [ \\t]{0,20}'
+#: newlines until max_tokens (a known failure of ``[ \t\n]*`` grammars). Written as an
+#: optional group, not with an empty alternative (``| " " | ...``): llama.cpp reads both, but
+#: xgrammar (vLLM's default grammar backend) refuses an empty alternative.
+WS_RULE = '(" " | "\\n" [ \\t]{0,20})?'
 
 _LITERAL_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9]+")
