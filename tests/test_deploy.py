@@ -39,6 +39,13 @@ API_VERSIONS = {
 #: Flags the guide names that belong to other programs, and whose they are.
 OTHER_FLAGS = {
     "--enable-prefix-caching": "vllm serve",
+    # The CPU recipe's vLLM flags: the ones the slow tier starts vLLM with (checked below).
+    "--served-model-name": "vllm",
+    "--max-model-len": "vllm",
+    "--dtype": "vllm",
+    "--enable-prompt-tokens-details": "vllm",
+    "--enforce-eager": "vllm",
+    "--index-url": "pip",
     "--strict": "kubernetes-validate",
     "--builtin-schema": "check-jsonschema",
 }
@@ -302,6 +309,11 @@ def test_guide_flags_exist() -> None:
     assert "--store-max-age-days" in mentioned and "--api-key" in mentioned
     unknown = sorted(mentioned - known - set(OTHER_FLAGS))
     assert not unknown, f"docs/deploy.md names flags chatfmt does not have: {unknown}"
+    # The vLLM recipe is the one the slow tier runs: each vLLM flag it names is passed there.
+    tested = (ROOT / "tests/engines/vllm_real.py").read_text(encoding="utf-8")
+    for flag, program in OTHER_FLAGS.items():
+        if program == "vllm":
+            assert flag in mentioned and f'"{flag}"' in tested, flag
 
 
 def test_guide_metrics_exist() -> None:
