@@ -83,8 +83,9 @@ def create_app(
     ``uvicorn.Config(app, **uvicorn_options(limits))``.
 
     Tool calls are constrained to the dialect's call grammar where the engine can (see
-    :meth:`ChatService._constraint`); ``call_grammar=False`` leaves the calls a model may
-    choose to make free (forced calls, strict tools and ``response_format`` still are not).
+    :func:`~chatfmt.server.chat.constraints.constraint`); ``call_grammar=False`` leaves the
+    calls a model may choose to make free (forced calls, strict tools and ``response_format``
+    still are not).
     ``chat_only``: requests with tools are refused (the model's template writes none).
     """
     metrics = ServerMetrics(engine)
