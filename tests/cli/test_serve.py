@@ -11,7 +11,8 @@ import time
 import httpx
 import pytest
 
-from chatfmt.cli.serve import build_engine, default_dialect, model_name
+from chatfmt.cli.model_format import default_dialect
+from chatfmt.cli.serve import build_engine, model_name
 from chatfmt.errors import ChatFmtError
 
 psutil = pytest.importorskip("psutil")

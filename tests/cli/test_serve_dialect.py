@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import chatfmt.cli.model_format as model_format
 import chatfmt.cli.serve as serve
 from chatfmt.cli import main
 from chatfmt.dialects import get_dialect, list_dialects
@@ -106,26 +107,26 @@ def test_a_file_that_is_not_a_gguf_is_a_tokenizer_error(tmp_path: Path) -> None:
 
 def test_the_dialect_comes_from_the_template(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "plain.gguf", template=PLAIN_CHATML)
-    detection = serve.detect_model_dialect(str(path))
+    detection = model_format.detect_model_dialect(str(path))
     assert detection.name == "chatml" and "plain ChatML" in detection.reason
     qwen3 = REFERENCE / "templates" / "Qwen-Qwen3-0.6B.jinja"
     if qwen3.is_file():
         path = write_gguf(tmp_path / "qwen3.gguf", template=qwen3.read_text(encoding="utf-8"))
-        assert serve.default_dialect(str(path)).name == "qwen3"
+        assert model_format.default_dialect(str(path)).name == "qwen3"
 
 
 def test_without_a_template_the_architecture_tells_where_it_can(tmp_path: Path) -> None:
     gemma = write_gguf(tmp_path / "gemma.gguf", architecture="gemma3")
-    assert serve.default_dialect(str(gemma)).name == "gemma3"
+    assert model_format.default_dialect(str(gemma)).name == "gemma3"
     llama = write_gguf(tmp_path / "llama.gguf", architecture="llama")
     with pytest.raises(ChatFmtError, match=r"no chat template .* \(llama\) does not tell"):
-        serve.default_dialect(str(llama))
+        model_format.default_dialect(str(llama))
 
 
 def test_an_unknown_template_is_an_error_naming_the_choices(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "phi.gguf", template=UNKNOWN)
     with pytest.raises(ChatFmtError) as info:
-        serve.default_dialect(str(path))
+        model_format.default_dialect(str(path))
     message = str(info.value)
     assert message.startswith(f"cannot tell the chat format of {path}: the chat template")
     assert "<|end|>" in message  # what it saw that no dialect writes
@@ -133,9 +134,9 @@ def test_an_unknown_template_is_an_error_naming_the_choices(tmp_path: Path) -> N
 
 
 def test_the_default_model_and_missing_files() -> None:
-    assert serve.default_dialect("default").name == "qwen2.5"
+    assert model_format.default_dialect("default").name == "qwen2.5"
     with pytest.raises(ChatFmtError, match=r"there is no file /models/other\.gguf"):
-        serve.default_dialect("/models/other.gguf")
+        model_format.default_dialect("/models/other.gguf")
 
 
 # ==== The commands ====

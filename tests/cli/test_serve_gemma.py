@@ -114,7 +114,7 @@ def test_gemma3_chat_through_the_openai_sdk(
 
 
 def test_the_dialect_follows_the_gguf_architecture(gemma_gguf: Path) -> None:
-    from chatfmt.cli.serve import default_dialect
+    from chatfmt.cli.model_format import default_dialect
     from chatfmt.tokenizers import load_tokenizer
 
     assert default_dialect(str(gemma_gguf), load_tokenizer(str(gemma_gguf))).name == "gemma3"

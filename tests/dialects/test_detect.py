@@ -355,7 +355,7 @@ def test_never_raises(pieces: list[str]) -> None:
 
 
 def test_the_default_model_detects_as_served_today(default_model_path: Path) -> None:
-    from chatfmt.cli.serve import default_dialect, detect_model_dialect
+    from chatfmt.cli.model_format import default_dialect, detect_model_dialect
     from chatfmt.tokenizers.gguf import read_gguf_metadata
 
     keys = ("tokenizer.chat_template", "general.architecture")

@@ -175,7 +175,8 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from .chat import choose_system, run_chat
-    from .serve import build_engine, check_template, default_dialect
+    from .model_format import check_template, default_dialect
+    from .serve import build_engine
 
     tools = load_tools_file(args.tools) if args.tools else None
     named = get_dialect(args.dialect) if args.dialect else None

@@ -1,14 +1,13 @@
 """``chatfmt serve``: its options (:func:`add_serve_parser`), the command (:func:`cmd_serve`:
 flags checked, web chat and interpreter pool configured), and the library behind it: build the
 engine (:func:`build_engine`, shared with ``chatfmt chat``), pick the dialect (the one named,
-else the one the model's chat template is written in: :func:`detect_model_dialect`), create
+else the one the model's chat template is written in: :mod:`chatfmt.cli.model_format`), create
 the app and run uvicorn (:func:`run_server`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -17,9 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from .._imports import require
 from ..dialects import get_dialect
 from ..dialects.base import Dialect
-from ..dialects.detect import Detection, detect_dialect
 from ..engines.default_model import DEFAULT_MODEL_NAME, resolve_model
-from ..errors import ChatFmtError, MissingDependencyError, TokenizerError
+from ..errors import ChatFmtError, MissingDependencyError
 from .kernel import (
     add_kernel_options,
     add_keys_without_sandbox_option,
@@ -28,6 +26,7 @@ from .kernel import (
     check_public_bind,
     interpreter_wanted,
 )
+from .model_format import check_template, default_dialect
 from .options import (
     add_engine_options,
     default_store_path,
@@ -41,7 +40,6 @@ from .options import (
 if TYPE_CHECKING:
     from ..engines.base import Engine
     from ..server.http.limits import ServerLimits
-    from ..tokenizers.base import Tokenizer
 
 EngineKind = Literal["llama-server", "local", "remote"]
 
@@ -150,114 +148,6 @@ def trusted_hosts(host: str) -> list[str] | None:
     if host in ("0.0.0.0", "::", ""):
         return None
     return sorted({host, "127.0.0.1", "localhost", "::1", "[::1]"})
-
-
-#: The GGUF header values that tell a model's chat format.
-_FORMAT_KEYS = ("tokenizer.chat_template", "general.architecture")
-
-
-def detect_model_dialect(model: str, tokenizer: Tokenizer | None = None) -> Detection:
-    """The dialect ``model`` is served in when no ``--dialect`` is given, and why.
-
-    qwen2.5 for the embedded default model. For a GGUF file, the dialect its chat template
-    (``tokenizer.chat_template``) is written in, or where it has none, the one its architecture
-    implies (:func:`~chatfmt.dialects.detect.detect_dialect`). The values are read from the
-    file's header, before any model loads; when ``model`` is no GGUF file here (a remote
-    engine's model name), from ``tokenizer``, the served model's vocabulary, if it is a GGUF's.
-    A failed detection lists the dialects to choose from.
-    """
-    if model == "default":
-        return Detection("qwen2.5", f"the embedded default model ({DEFAULT_MODEL_NAME})")
-    values: dict[str, object] = {}
-    path = Path(model).expanduser()
-    readable = False
-    if path.is_file():
-        from ..tokenizers.gguf import read_gguf_metadata
-
-        try:
-            values = dict(read_gguf_metadata(path, _FORMAT_KEYS))
-            readable = True
-        except TokenizerError:
-            pass  # not a GGUF file: the served vocabulary may still be one
-    metadata = getattr(tokenizer, "metadata", None)
-    if not readable and callable(metadata):
-        values = {key: metadata(key) for key in _FORMAT_KEYS}
-        readable = True
-    if not readable:
-        reason = (
-            f"{model} is not a GGUF file chatfmt can read, so there is no chat template to tell"
-            if path.is_file()
-            else f"there is no file {model} to read a chat template from"
-        )
-        return dataclasses.replace(detect_dialect(None, None), reason=reason)
-    template = values.get("tokenizer.chat_template")
-    architecture = values.get("general.architecture")
-    return detect_dialect(
-        template if isinstance(template, str) else None,
-        architecture if isinstance(architecture, str) else None,
-    )
-
-
-def default_dialect(
-    model: str, tokenizer: Tokenizer | None = None, *, log: TextIO | None = None
-) -> Dialect:
-    """The dialect ``model`` is served in when no ``--dialect`` is given
-    (:func:`detect_model_dialect`); ``log`` is told which and why, unless it is the default
-    model's. Raises :class:`~chatfmt.errors.ChatFmtError` when it cannot be told, with the
-    reason, the dialects to choose from and how to pass one."""
-    detection = detect_model_dialect(model, tokenizer)
-    if detection.name is None:
-        raise ChatFmtError(no_dialect_message(model, detection))
-    if log is not None and model != "default":
-        print(f"chatfmt: {detection.message}", file=log, flush=True)
-    return get_dialect(detection.name)
-
-
-def check_template(model: str, dialect: Dialect, *, required: bool, log: TextIO) -> bool:
-    """Serve the GGUF file ``model`` with ``dialect`` only if it renders what the model's own
-    chat template renders (:mod:`chatfmt.template`): otherwise a
-    :class:`~chatfmt.errors.ChatFmtError` that shows the first difference, unless not
-    ``required`` (then ``log`` is warned). ``log`` is told the outcome either way. Returns
-    whether the model is for chat only (its template writes no tools, the dialect would)."""
-    from ..template import TemplateError
-    from ..template.model import check_model
-
-    override = f"pass --no-template-check to serve it with the {dialect.name} dialect anyway"
-    try:
-        result = check_model(Path(model).expanduser(), dialect)
-    except TemplateError as exc:
-        if required:
-            raise ChatFmtError(
-                f"cannot check the {dialect.name} dialect against {model}'s chat template: "
-                f"{exc}; {override}"
-            ) from None
-        print(f"chatfmt: warning: the chat template is not checked: {exc}", file=log, flush=True)
-        return False
-    if result is None:
-        print(
-            f"chatfmt: {model} carries no chat template: the {dialect.name} dialect is not "
-            "checked against one",
-            file=log,
-            flush=True,
-        )
-    elif result.ok:
-        print(f"chatfmt: {result.message}", file=log, flush=True)
-    elif required:
-        raise ChatFmtError(
-            f"{result.message}\nThe model would be served in a format it was not trained on. "
-            f"Choose the dialect of its format with --dialect, or {override}."
-        )
-    else:
-        print(f"chatfmt: warning: {result.message}", file=log, flush=True)
-    return result is not None and result.chat_only
-
-
-def no_dialect_message(model: str, detection: Detection) -> str:
-    """The error of a model whose dialect could not be detected: why, and what to pass."""
-    return (
-        f"cannot tell the chat format of {model}: {detection.reason}. Pass the one it was "
-        f"trained with as --dialect NAME, one of: {', '.join(detection.candidates)}"
-    )
 
 
 def model_name(model: str) -> str:
