@@ -1,0 +1,360 @@
+"""A model served through its own chat template: the dialect of every model chatfmt has no
+built-in dialect for.
+
+:class:`TemplateDialect` renders each conversation with the model's Jinja template (as
+``transformers`` does, :class:`~.jinja.ChatTemplate`), so its text is the template's by
+construction, and keeps chatfmt's promises on top:
+
+- **Control tokens only from the template.** The render is split into the template's own text
+  and the request's strings (:mod:`.split`); only the template's text is searched for the
+  vocabulary's control tokens. A message holding ``<|im_end|>`` is encoded as that text.
+- **The ids the model was trained on.** The render is cut only at those control tokens, never
+  where a message's text meets the template's (a BPE merge may cross that boundary), so the
+  ids equal ``apply_chat_template(tokenize=True)``'s whenever no message holds control-token
+  text.
+- **Calls and reasoning parsed by what the template writes.** :class:`TemplateFormat` reads
+  from probe renders the turn's end token, the ``<think>`` tags and whether the generation
+  prompt opens a thought or switches thinking, and the call syntax: Hermes JSON in
+  ``<tool_call>`` tags, or Qwen3-Coder's XML. A template whose calls are written otherwise is
+  served for chat only (:attr:`TemplateFormat.calls` is ``None``), and a request with tools is
+  refused rather than parsed by a guess.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..dialects.base import Dialect, ReasoningMode, StreamParser
+from ..dialects.chatml import hermes_call_grammar, hermes_call_prefix
+from ..dialects.glm45 import GLM46_XML, GLM47_XML
+from ..dialects.minimax import MINIMAX_XML
+from ..dialects.parsers.hermes import HermesParser
+from ..dialects.parsers.plain import PlainParser
+from ..dialects.parsers.think import ThinkParser
+from ..dialects.parsers.values import Schemas, tool_schemas
+from ..dialects.qwen3_coder import QWEN_XML
+from ..dialects.xmlsyntax import XMLSyntax, XMLSyntaxParser
+from ..dialects.xmlsyntax import call_grammar as xml_call_grammar
+from ..errors import ValidationError
+from ..grammar import Grammar, ToolLike, thought_first
+from ..markup import THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
+from ..messages import Conversation, as_conversation
+from ..segments import BlockBuilder, Segment
+from .check import PROBES, Probe, template_messages
+from .jinja import ChatTemplate, TemplateError
+from .split import Masker, Part, UnsafeTemplate, split_render
+
+#: The call syntaxes a template may write, as chatfmt's families declare them: Hermes JSON in
+#: ``<tool_call>`` tags, or one of the XML syntaxes (each with the words the log uses).
+CallSyntax = Literal["hermes"] | XMLSyntax
+_XML_SYNTAXES: tuple[tuple[XMLSyntax, str], ...] = (
+    (QWEN_XML, "Qwen3-Coder's XML (<function=…><parameter=…>)"),
+    (GLM47_XML, "GLM-4.7's XML (<arg_key>…<arg_value>)"),
+    (GLM46_XML, "GLM-4.5's XML (<arg_key>…<arg_value> on lines of their own)"),
+    (MINIMAX_XML, "MiniMax's XML (<invoke name=…><parameter name=…>)"),
+)
+_HERMES = "Hermes JSON in <tool_call> tags"
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateFormat:
+    """What a chat template writes, read from its renders of probe conversations."""
+
+    #: Control tokens that end the assistant's turn (the one after a reply, and EOS).
+    stops: tuple[str, ...]
+    #: The call syntax (``None``: none chatfmt reads, or the template shows no tools).
+    calls: CallSyntax | None
+    #: Whether replies may think in ``<think>`` … ``</think>``.
+    think: bool
+    reasoning: ReasoningMode
+    #: Thinking on by default (``switch``: the template's default for ``enable_thinking``).
+    thinking: bool
+    #: Whether the generation prompt opens the thought, with thinking on and off.
+    opens_thought: tuple[bool, bool]
+
+    @property
+    def description(self) -> str:
+        reasoning = ", reasoning in <think>" if self.think else ""
+        if self.calls is None:
+            calls = "for chat only: its calls are not written in a syntax chatfmt reads"
+        elif self.calls == "hermes":
+            calls = f"calls as {_HERMES}"
+        else:
+            calls = "calls as " + next(w for x, w in _XML_SYNTAXES if x is self.calls)
+        return f"the model's own chat template, {calls}{reasoning}"
+
+
+class TemplateDialect(Dialect):
+    """The model's ``template`` as a dialect, with ``controls`` the control tokens of its
+    vocabulary (a GGUF's control and user-defined tokens; a tokenizer file's added tokens).
+
+    Raises :class:`UnsafeTemplate` when the template rewrites the probe conversations' text
+    so that its own text cannot be told from theirs, and :class:`~.jinja.TemplateError` when
+    it cannot render a plain conversation at all."""
+
+    name = "template"
+    reply_in_words = True
+    #: The request's tools, for typing XML call values by schema (:meth:`with_tools`).
+    tool_schemas: Schemas | None = None
+
+    def __init__(
+        self,
+        template: ChatTemplate,
+        controls: Iterable[str],
+        *,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.template = template
+        vocabulary = sorted({c for c in controls if c}, key=len, reverse=True)
+        self._control_re = (
+            re.compile("|".join(map(re.escape, vocabulary))) if vocabulary else None
+        )
+        # Nothing else is passed, as transformers passes nothing else (a Llama template's
+        # date_string keeps its default).
+        self._extra = dict(extra or {})
+        self.format = self._read_format(template.eos_token)
+        self.stop_controls = self.format.stops
+        self.controls = tuple(
+            c for c in vocabulary if c in template.source or c in self.format.stops
+        )
+        self.reasoning = self.format.reasoning
+        self.thinking = self.format.thinking
+
+    @property
+    def description(self) -> str:
+        """How the model is served, for the log and ``/v1/models``."""
+        return self.format.description
+
+    @property
+    def chat_only(self) -> bool:
+        """Whether requests with tools are refused (no call syntax chatfmt can parse)."""
+        return self.format.calls is None
+
+    # ==== Rendering ====
+
+    def _render(self, messages: list[dict[str, Any]], tools: Any, gen: bool) -> str:
+        extra = dict(self._extra)
+        if self.reasoning == "switch" and self.thinking != self.format.thinking:
+            # Only a request that changes the default says so: a template's default may be
+            # neither of its two switched states (no thought block at all).
+            extra["enable_thinking"] = self.thinking
+        try:
+            return self.template.render(messages, tools=tools, add_generation_prompt=gen, **extra)
+        except TemplateError as exc:
+            raise ValidationError(
+                f"the model's chat template refuses this conversation: {exc}", rule="template"
+            ) from None
+
+    def parts(self, conversation: Conversation, add_generation_prompt: bool) -> list[Part]:
+        """The template's render of ``conversation``, split into its own text and the
+        request's (:func:`~.split.split_render`)."""
+        messages = template_messages(conversation)
+        tools = [t.definition for t in conversation.tools] or None
+        request = json.dumps([messages, tools], ensure_ascii=False, default=str)
+
+        def avoid(nonce: str) -> bool:
+            return nonce in self.template.source or nonce in request
+
+        return split_render(
+            lambda m, t: self._render(m, t, add_generation_prompt), messages, tools, avoid=avoid
+        )
+
+    def write(
+        self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
+    ) -> None:
+        for part in self.parts(conversation, add_generation_prompt):
+            if not part.own or self._control_re is None:
+                b.text(part.text)
+                continue
+            at = 0
+            for found in self._control_re.finditer(part.text):
+                b.text(part.text[at : found.start()])
+                b.control(found.group())
+                at = found.end()
+            b.text(part.text[at:])
+        b.block(range(len(conversation.messages)))
+
+    # ==== Reasoning ====
+
+    @property
+    def prompt_opens_thought(self) -> bool:
+        return self.format.opens_thought[0 if self.thinking else 1]
+
+    def after_thought(self, grammar: Grammar) -> Grammar:
+        if not self.format.think or not self.thinking:
+            return grammar
+        return thought_first(grammar, THINK, THINK_END, opened=self.prompt_opens_thought)
+
+    # ==== Calls ====
+
+    def with_tools(self, tools: Sequence[ToolLike]) -> TemplateDialect:
+        if not isinstance(self.format.calls, XMLSyntax):
+            return self
+        configured = copy.copy(self)
+        configured.tool_schemas = tool_schemas(tools)
+        return configured
+
+    def forced_call_prefix(self, name: str | None) -> tuple[Segment, ...]:
+        """The call's opening; nothing where the prompt opened a thought (the call follows
+        it, which the grammar enforces) or the template has no call syntax."""
+        if self.format.think and self.thinking and self.prompt_opens_thought:
+            return ()
+        if self.format.calls == "hermes":
+            return hermes_call_prefix(name)
+        if isinstance(self.format.calls, XMLSyntax):
+            return self.format.calls.opening(name)
+        return ()
+
+    def call_grammar(
+        self, tools: Sequence[ToolLike], *, required: bool = False, single: bool = False
+    ) -> Grammar | None:
+        if self.format.calls == "hermes":
+            grammar = hermes_call_grammar(
+                tools, TOOL_CALL, TOOL_CALL_END, required=required, single=single
+            )
+        elif isinstance(self.format.calls, XMLSyntax):
+            grammar = xml_call_grammar(self.format.calls, tools, required=required, single=single)
+        else:
+            return None
+        return self.after_thought(grammar)
+
+    # ==== Parsing ====
+
+    def stream_parser(self, *, id_factory: Callable[[], str] | None = None) -> StreamParser:
+        answer: StreamParser
+        if self.format.calls == "hermes":
+            answer = HermesParser(id_factory=id_factory, stop_controls=self.stop_controls)
+        elif isinstance(self.format.calls, XMLSyntax):
+            answer = XMLSyntaxParser(
+                self.format.calls,
+                id_factory=id_factory,
+                stop_controls=self.stop_controls,
+                schemas=self.tool_schemas,
+            )
+        else:
+            answer = PlainParser(id_factory=id_factory, stop_controls=self.stop_controls)
+        if not self.format.think:
+            return answer
+        return ThinkParser.after_prompt_of(
+            self, answer, id_factory, started=self.thinking and self.prompt_opens_thought
+        )
+
+    # ==== What the template writes ====
+
+    def _probe_parts(self, probe: Probe, **extra: Any) -> list[Part]:
+        conv = as_conversation(probe.body["messages"], probe.body.get("tools"))
+        saved = self._extra
+        self._extra = {**saved, **extra}
+        try:
+            return self.parts(conv, probe.generation_prompt)
+        finally:
+            self._extra = saved
+
+    def _controls_in(self, text: str) -> list[str]:
+        return [] if self._control_re is None else self._control_re.findall(text)
+
+    def _read_format(self, eos: str) -> TemplateFormat:
+        self.reasoning = "never"  # the probes render without the switch
+        reply = _probe("a reply at the end, no generation prompt")
+        parts = self._probe_parts(reply)
+        stops: list[str] = []
+        for k, part in enumerate(parts):
+            if not part.own and part.text.strip() == "Hello!":
+                after = "".join(p.text for p in parts[k + 1 :] if p.own)
+                stops += self._controls_in(after)[:1]
+        if eos and eos in self._controls_in(eos) and eos not in stops:
+            stops.append(eos)
+        if not stops:
+            raise UnsafeTemplate(
+                "the model's chat template ends an assistant reply with no control token, so "
+                "there is no token at which a reply stops",
+                rule="template",
+            )
+        source = self.template.source
+        think = THINK in source and THINK_END in source
+        prompt = _probe("one user message")
+
+        def opens(**extra: Any) -> bool:
+            tail = self._probe_parts(prompt, **extra)[-1]
+            return tail.own and tail.text.rstrip().endswith(THINK)
+
+        reasoning: ReasoningMode = "never"
+        thinking = False
+        opened = (False, False)
+        if think:
+            on, off = opens(enable_thinking=True), opens(enable_thinking=False)
+            default = self._probe_parts(prompt)[-1].text
+            switch = self._probe_parts(prompt, enable_thinking=False)[-1].text != default
+            reasoning = "switch" if switch and "enable_thinking" in source else "always"
+            thinking = reasoning == "always" or default == (
+                self._probe_parts(prompt, enable_thinking=True)[-1].text
+            )
+            opened = (on, off)
+        return TemplateFormat(
+            stops=tuple(stops),
+            calls=self._call_syntax(),
+            think=think,
+            reasoning=reasoning,
+            thinking=thinking,
+            opens_thought=opened,
+        )
+
+    def _call_syntax(self) -> CallSyntax | None:
+        """The syntax of the probe call as the template writes it, read from the masked render
+        (the call's name and argument key are markers there, so no content can fake it)."""
+        probe = _probe("a call, its result and the answer")
+        conv = as_conversation(probe.body["messages"], probe.body.get("tools"))
+        masker = Masker(lambda nonce: nonce in self.template.source)
+        messages = masker.messages(template_messages(conv))
+        try:
+            text = self._render(messages, masker.tools([t.definition for t in conv.tools]), False)
+            without = self._render(messages, None, False)
+        except ValidationError:
+            return None
+        if text == without:
+            return None  # the tools are not shown to the model
+        name, key = masker.string("get_weather"), masker.string("city")
+        ws = r"\s*"
+        hermes = (
+            re.escape(TOOL_CALL) + ws + r'\{"name":' + ws + f'"{name}",' + ws + r'"arguments":'
+        )
+        if re.search(hermes, text):
+            return "hermes"
+        arguments = {key: masker.string("Paris"), masker.string("unit"): masker.string("celsius")}
+        for syntax, _ in _XML_SYNTAXES:
+            if syntax.render([(name, arguments)]) in text:
+                return syntax
+        return None
+
+
+def _probe(name: str) -> Probe:
+    return next(p for p in PROBES if p.name == name)
+
+
+def template_dialect(
+    template: ChatTemplate, controls: Iterable[str]
+) -> tuple[TemplateDialect | None, str]:
+    """The template dialect of ``template``, checked on every probe conversation, and what it
+    is (or ``None`` and why the template cannot be served through itself)."""
+    try:
+        dialect = TemplateDialect(template, controls)
+        for probe in PROBES:
+            conv = as_conversation(probe.body["messages"], probe.body.get("tools"))
+            if conv.tools and dialect.chat_only:
+                continue
+            try:
+                dialect.render_text(conv, add_generation_prompt=probe.generation_prompt)
+            except UnsafeTemplate as exc:
+                return None, f"{exc} (probe: {probe.name})"
+            except ValidationError:
+                continue  # the template refuses this conversation: so will the server
+    except (UnsafeTemplate, TemplateError) as exc:
+        return None, str(exc)
+    except ValidationError as exc:
+        return None, str(exc)
+    return dialect, dialect.description
