@@ -175,21 +175,19 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from .chat import choose_system, run_chat
-    from .model_format import check_template, default_dialect
+    from .model_format import choose_dialect, default_dialect
     from .serve import build_engine
 
     tools = load_tools_file(args.tools) if args.tools else None
-    named = get_dialect(args.dialect) if args.dialect else None
-    if named is None and Path(args.model).expanduser().is_file():
-        # Told from the file's header before the model loads: a wrong file fails at once.
-        named = default_dialect(args.model, log=sys.stderr)
-    if named is not None and Path(args.model).expanduser().is_file():
-        required = not args.no_template_check
-        if check_template(args.model, named, required=required, log=sys.stderr) and tools:
-            raise UsageError(
-                "the model's chat template shows it no tools, so it was not trained to call "
-                "any: run it without --tools"
-            )
+    # Told from the file's header before the model loads: a wrong file fails at once.
+    named, chat_only = choose_dialect(
+        args.model, args.dialect, template_check=not args.no_template_check, log=sys.stderr
+    )
+    if chat_only and tools:
+        raise UsageError(
+            "the model is served for chat only (its chat template shows it no tools, or "
+            "writes calls in a syntax chatfmt cannot read): run it without --tools"
+        )
     controls = named.text_controls if named else None
     options = engine_options(args)
     # The same engine as serve's by default (constrained calls, prompt cache, batching).

@@ -125,3 +125,106 @@ def no_dialect_message(model: str, detection: Detection) -> str:
         f"cannot tell the chat format of {model}: {detection.reason}. Pass the one it was "
         f"trained with as --dialect NAME, one of: {', '.join(detection.candidates)}"
     )
+
+
+def choose_dialect(
+    model: str, named: str | None, *, template_check: bool, log: TextIO
+) -> tuple[Dialect | None, bool]:
+    """The dialect ``model`` is served in, decided before it loads, and whether for chat only
+    (``None``: not a file here — the default model or a remote engine's model — told once the
+    engine's vocabulary is known, :func:`default_dialect`).
+
+    - ``named`` (``--dialect``): that dialect, checked against a GGUF's own template
+      (:func:`check_template`); ``"template"``: the model's own template as the dialect.
+    - Else the dialect the template is written in, if it renders what the template renders;
+      where none does (or none is detected), the template itself
+      (:class:`~chatfmt.template.TemplateDialect`). A model that can be served neither way is
+      a :class:`~chatfmt.errors.ChatFmtError` naming both reasons and what to pass.
+    - ``template_check=False`` serves a detected dialect whose render differs, with a warning.
+    """
+    path = Path(model).expanduser()
+    is_file = model != "default" and path.is_file()
+    if named == "template":
+        if not is_file:
+            raise ChatFmtError(
+                "--dialect template serves a GGUF file through its own chat template: pass "
+                "the file as --model"
+            )
+        return _template_dialect(model, log, why_not_built_in=None)
+    if named is not None:
+        dialect = get_dialect(named)
+        chat_only = is_file and check_template(model, dialect, required=template_check, log=log)
+        return dialect, chat_only
+    if not is_file:
+        return None, False
+    detection = detect_model_dialect(model)
+    if detection.name is None:
+        return _template_dialect(
+            model,
+            log,
+            why_not_built_in=no_dialect_message(model, detection),
+            short=f"no dialect's fingerprint fits: {detection.reason}",
+        )
+    dialect = get_dialect(detection.name)
+    print(f"chatfmt: {detection.message}", file=log, flush=True)
+    from ..template import TemplateError
+    from ..template.model import check_model
+
+    try:
+        result = check_model(path, dialect)
+    except TemplateError as exc:
+        raise ChatFmtError(
+            f"{model}'s chat template cannot be rendered, so neither the {dialect.name} "
+            f"dialect nor the template itself can be checked: {exc}. Pass --dialect "
+            f"{dialect.name} --no-template-check to serve it with that dialect unchecked"
+        ) from None
+    if result is None:
+        print(
+            f"chatfmt: {model} carries no chat template: the {dialect.name} dialect is not "
+            "checked against one",
+            file=log,
+            flush=True,
+        )
+        return dialect, False
+    if result.ok:
+        print(f"chatfmt: {result.message}", file=log, flush=True)
+        return dialect, result.chat_only
+    if not template_check:
+        print(f"chatfmt: warning: {result.message}", file=log, flush=True)
+        return dialect, result.chat_only
+    return _template_dialect(
+        model, log, why_not_built_in=result.message, short=result.message, detected=True
+    )
+
+
+def _template_dialect(
+    model: str,
+    log: TextIO,
+    *,
+    why_not_built_in: str | None,
+    short: str = "",
+    detected: bool = False,
+) -> tuple[Dialect, bool]:
+    """``model`` served through its own chat template, or the error that says why it cannot
+    be (and, where a built-in dialect was tried, why that was not used either)."""
+    from ..template.model import model_template_dialect
+
+    dialect, why = model_template_dialect(Path(model).expanduser())
+    if dialect is None:
+        if why_not_built_in is None:
+            raise ChatFmtError(f"cannot serve {model} through its own chat template: {why}")
+        advice = (
+            "\nThe model would be served in a format it was not trained on. Choose the "
+            "dialect of its format with --dialect NAME, or pass --no-template-check to serve "
+            "the detected dialect anyway."
+            if detected
+            else ""
+        )
+        raise ChatFmtError(
+            f"{why_not_built_in}\nNor can it be served through its own chat template: "
+            f"{why}.{advice}"
+        )
+    if short:
+        print(f"chatfmt: no built-in dialect serves it exactly: {short}", file=log, flush=True)
+    print(f"chatfmt: serving {model} through {why}", file=log, flush=True)
+    return dialect, dialect.chat_only

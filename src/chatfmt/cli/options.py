@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from ..server.http.limits import ServerLimits
 
 
+#: ``--dialect template``: the model served through its own chat template.
+TEMPLATE = "template"
+
+
 class UsageError(Exception):
     """Bad command-line input; reported as one line with exit status 2."""
 
@@ -36,13 +40,14 @@ def add_dialect(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     default = (
         ""
         if required
-        else " (default: the one the model's GGUF chat template is written in; qwen2.5 for "
+        else "; or 'template', the model's own GGUF chat template (default: the dialect the "
+        "template is written in, checked against it, else the template itself; qwen2.5 for "
         "the default model)"
     )
     p.add_argument(
         "--dialect",
         required=required,
-        type=_dialect_name,
+        type=_dialect_name if required else _model_dialect_name,
         metavar="NAME",
         help=f"chat format to use: a dialect ({', '.join(DIALECT_CONSTRUCTORS)}) or one an "
         f"installed plugin adds{default}",
@@ -53,6 +58,10 @@ def tokenizer_names() -> str:
     """The tokenizers known by name, for a help text: read from the registry's table, so that
     the help lists every one."""
     return ", ".join(TOKENIZER_CONSTRUCTORS)
+
+
+def _model_dialect_name(name: str) -> str:
+    return name if name == TEMPLATE else _dialect_name(name)
 
 
 def _dialect_name(name: str) -> str:

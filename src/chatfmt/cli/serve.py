@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from .._imports import require
-from ..dialects import get_dialect
 from ..dialects.base import Dialect
 from ..engines.default_model import DEFAULT_MODEL_NAME, resolve_model
 from ..errors import ChatFmtError, MissingDependencyError
@@ -26,7 +25,7 @@ from .kernel import (
     check_public_bind,
     interpreter_wanted,
 )
-from .model_format import check_template, default_dialect
+from .model_format import choose_dialect, default_dialect
 from .options import (
     add_engine_options,
     default_store_path,
@@ -214,12 +213,9 @@ def run_server(
     limits = limits or DEFAULT_LIMITS
     # A named dialect is checked before anything starts, and so is a GGUF file's own (from its
     # header): a format that cannot be told is refused before the store opens or llama.cpp runs.
-    named = get_dialect(dialect) if dialect else None
-    if named is None and model != "default" and Path(model).expanduser().is_file():
-        named = default_dialect(model, log=sys.stderr)
-    chat_only = False
-    if named is not None and model != "default" and Path(model).expanduser().is_file():
-        chat_only = check_template(model, named, required=template_check, log=sys.stderr)
+    named, chat_only = choose_dialect(
+        model, dialect, template_check=template_check, log=sys.stderr
+    )
     kept = (
         open_store(store, max_age_days=store_max_age_days, max_mb=store_max_mb)
         if store is not None

@@ -76,11 +76,15 @@ class TemplateFormat:
     thinking: bool
     #: Whether the generation prompt opens the thought, with thinking on and off.
     opens_thought: tuple[bool, bool]
+    #: Whether the template shows the model its tools at all.
+    shows_tools: bool = True
 
     @property
     def description(self) -> str:
         reasoning = ", reasoning in <think>" if self.think else ""
-        if self.calls is None:
+        if not self.shows_tools:
+            calls = "for chat only: it shows the model no tools"
+        elif self.calls is None:
             calls = "for chat only: its calls are not written in a syntax chatfmt reads"
         elif self.calls == "hermes":
             calls = f"calls as {_HERMES}"
@@ -134,6 +138,16 @@ class TemplateDialect(Dialect):
     def chat_only(self) -> bool:
         """Whether requests with tools are refused (no call syntax chatfmt can parse)."""
         return self.format.calls is None
+
+    @property
+    def chat_only_reason(self) -> str:
+        """Why requests with tools are refused, for the server's error."""
+        if not self.format.shows_tools:
+            return "its chat template shows the model no tools, so it was not trained to call any"
+        return (
+            "its chat template writes calls in a syntax chatfmt cannot read back, so a call "
+            "the model made would be lost"
+        )
 
     # ==== Rendering ====
 
@@ -295,41 +309,57 @@ class TemplateDialect(Dialect):
                 self._probe_parts(prompt, enable_thinking=True)[-1].text
             )
             opened = (on, off)
+        calls, shows_tools = self._call_syntax()
         return TemplateFormat(
             stops=tuple(stops),
-            calls=self._call_syntax(),
+            calls=calls,
+            shows_tools=shows_tools,
             think=think,
             reasoning=reasoning,
             thinking=thinking,
             opens_thought=opened,
         )
 
-    def _call_syntax(self) -> CallSyntax | None:
+    def _shows_tools(self) -> bool:
+        """Whether a probe with tools renders otherwise without them (a system prompt's, or
+        the call's: templates list tools in one place or the other)."""
+        for name in ("a system prompt and tools", "a call, its result and the answer"):
+            conv = as_conversation(_probe(name).body["messages"])
+            messages = template_messages(conv)
+            tools = [t.definition for t in as_conversation([], _probe(name).body["tools"]).tools]
+            try:
+                if self._render(messages, tools, False) != self._render(messages, None, False):
+                    return True
+            except ValidationError:
+                continue
+        return False
+
+    def _call_syntax(self) -> tuple[CallSyntax | None, bool]:
         """The syntax of the probe call as the template writes it, read from the masked render
-        (the call's name and argument key are markers there, so no content can fake it)."""
+        (the call's name and argument key are markers there, so no content can fake it), and
+        whether the template shows tools at all."""
         probe = _probe("a call, its result and the answer")
         conv = as_conversation(probe.body["messages"], probe.body.get("tools"))
         masker = Masker(lambda nonce: nonce in self.template.source)
         messages = masker.messages(template_messages(conv))
         try:
             text = self._render(messages, masker.tools([t.definition for t in conv.tools]), False)
-            without = self._render(messages, None, False)
         except ValidationError:
-            return None
-        if text == without:
-            return None  # the tools are not shown to the model
+            return None, self._shows_tools()  # it cannot render a call: none to write back
+        if not self._shows_tools():
+            return None, False
         name, key = masker.string("get_weather"), masker.string("city")
         ws = r"\s*"
         hermes = (
             re.escape(TOOL_CALL) + ws + r'\{"name":' + ws + f'"{name}",' + ws + r'"arguments":'
         )
         if re.search(hermes, text):
-            return "hermes"
+            return "hermes", True
         arguments = {key: masker.string("Paris"), masker.string("unit"): masker.string("celsius")}
         for syntax, _ in _XML_SYNTAXES:
             if syntax.render([(name, arguments)]) in text:
-                return syntax
-        return None
+                return syntax, True
+        return None, True
 
 
 def _probe(name: str) -> Probe:

@@ -1,13 +1,16 @@
-"""The check of :mod:`.check` for a GGUF model: its own template and special tokens."""
+"""A GGUF model's own chat template and special tokens: the check of :mod:`.check` against a
+dialect, and the model served through the template itself (:mod:`.dialect`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..dialects.base import Dialect
+from ..errors import ChatFmtError
 from ..tokenizers.gguf import read_gguf_metadata
 from .check import TemplateCheck, check_dialect
-from .jinja import ChatTemplate
+from .dialect import TemplateDialect, template_dialect
+from .jinja import ChatTemplate, TemplateError
 
 _KEYS = (
     "tokenizer.chat_template",
@@ -43,3 +46,22 @@ def check_model(path: str | Path, dialect: Dialect) -> TemplateCheck | None:
     template (``None``: the file has no template to check against)."""
     template = model_template(path)
     return None if template is None else check_dialect(dialect, template)
+
+
+def model_template_dialect(path: str | Path) -> tuple[TemplateDialect | None, str]:
+    """The GGUF model at ``path`` served through its own chat template, on the control tokens
+    of its own vocabulary (llama.cpp's control and user-defined tokens, as its tokenizer
+    splits them); or ``None`` and why not (no template, or one that cannot be split safely)."""
+    try:
+        template = model_template(path)
+    except TemplateError as exc:
+        return None, str(exc)
+    if template is None:
+        return None, "the file carries no chat template"
+    from ..tokenizers import load_tokenizer
+
+    try:
+        controls = load_tokenizer(str(path)).controls
+    except ChatFmtError as exc:  # no vocabulary llama.cpp can load (or no llama.cpp)
+        return None, f"its vocabulary cannot be read: {exc}"
+    return template_dialect(template, controls)

@@ -126,15 +126,19 @@ def forced_call(
     return dialect.forced_call_prefix(name)
 
 
-def check_chat_only(req: ChatCompletionRequest) -> None:
+#: Why a model is served for chat only, unless its dialect says otherwise.
+NO_TOOLS_SHOWN = "its chat template shows the model no tools, so it was not trained to call any"
+
+
+def check_chat_only(req: ChatCompletionRequest, why: str = NO_TOOLS_SHOWN) -> None:
     """A model served for chat only takes no tools, and no calls or results in history:
-    the format would write them as its template never did."""
+    the format would write them as its template never did, or chatfmt could not read the
+    model's calls back (``why`` says which)."""
     called = next((i for i, m in enumerate(req.messages) if m.get("tool_calls")), None)
     if req.tools or called is not None:
         raise ApiError(
             400,
-            "this model is served for chat only: its chat template shows the model no tools, "
-            "so it was not trained to call any; send the request without "
+            f"this model is served for chat only: {why}; send the request without "
             + ("'tools'" if req.tools else "tool calls in its messages"),
             param="tools" if req.tools else f"messages[{called}].tool_calls",
             code="tools_not_supported",

@@ -14,6 +14,7 @@ from ..http.sse import sse_response, start_stream, until_disconnect
 from .schemas import (
     ChatCompletion,
     ChatCompletionRequest,
+    ChatFormat,
     HealthResponse,
     ModelCard,
     ModelList,
@@ -67,7 +68,13 @@ def build_router(service: ChatService, *, api_key: ApiKeys) -> APIRouter:
         req = await read_json_body(request, ChatCompletionRequest, service.limits)
         return json_response(await asyncio.to_thread(service.render_info, req))
 
-    card = ModelCard(id=service.model_name, created=created)
+    dialect = service.dialect
+    chat_format = ChatFormat(
+        dialect=dialect.name,
+        description=getattr(dialect, "description", f"the {dialect.name} dialect"),
+        chat_only=service.chat_only,
+    )
+    card = ModelCard(id=service.model_name, created=created, chat_format=chat_format)
 
     @router.get(
         "/v1/models",

@@ -458,11 +458,21 @@ class ChatCompletionChunk(_Wire):
     usage: Usage | None = None
 
 
+class ChatFormat(_Wire):
+    """How chatfmt renders and parses for the model (a field of its own on the model card)."""
+
+    dialect: str
+    description: str
+    #: Requests with tools are refused (see ``description`` for why).
+    chat_only: bool
+
+
 class ModelCard(_Wire):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "chatfmt"
+    chat_format: ChatFormat | None = None
 
 
 class ModelList(_Wire):

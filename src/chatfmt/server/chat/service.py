@@ -32,7 +32,13 @@ from ..http.limits import DEFAULT_LIMITS, ServerLimits, count_problem
 from ..http.sse import DONE, pings_until_started, sse_event, stop_started, stream_errors
 from ..metrics import ServerMetrics
 from .budget import thought_budget
-from .constraints import check_chat_only, constraint, forced_call, select_tools
+from .constraints import (
+    NO_TOOLS_SHOWN,
+    check_chat_only,
+    constraint,
+    forced_call,
+    select_tools,
+)
 from .continuation import Continuation, Splicer
 from .logprobs import LogprobWriter
 from .policy import CallPolicy
@@ -235,7 +241,7 @@ class ChatService:
         except ValidationError as exc:
             raise ApiError(400, str(exc), param="messages") from None
         if self.chat_only:
-            check_chat_only(req)
+            check_chat_only(req, getattr(self.dialect, "chat_only_reason", NO_TOOLS_SHOWN))
         declared_tools = self._tools.tools(req.tools) if req.tools else ()
         tools = select_tools(req, declared_tools)
         enabled, effort = controls_of(
