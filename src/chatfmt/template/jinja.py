@@ -1,7 +1,8 @@
 """A model's own chat template, rendered as ``transformers`` renders one.
 
 ``apply_chat_template`` compiles the template in jinja2's immutable sandbox with
-``trim_blocks`` and ``lstrip_blocks``, the loop-controls extension, a ``tojson`` filter that
+``trim_blocks`` and ``lstrip_blocks``, the loop-controls extension and its own
+``{% generation %}`` tag (written out as its body, when rendering), a ``tojson`` filter that
 keeps non-ASCII text (and honours ``indent``), and the globals ``raise_exception`` and
 ``strftime_now``; it passes the messages, ``tools``, ``add_generation_prompt``, the special
 tokens and any extra keyword (``enable_thinking``). :class:`ChatTemplate` does the same, so a
@@ -18,7 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from .._imports import require
 from ..errors import ChatFmtError
@@ -27,6 +28,23 @@ from ..errors import ChatFmtError
 class TemplateError(ChatFmtError):
     """The template failed on a conversation: its own ``raise_exception``, or an error of
     the template code."""
+
+
+def _generation_extension() -> Any:
+    """``{% generation %}`` … ``{% endgeneration %}``: transformers' tag marking what the
+    assistant generates (for its training masks); rendering, it writes its body unchanged."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags: ClassVar[set[str]] = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return Generation
 
 
 def _raise(message: str) -> None:
@@ -59,7 +77,8 @@ class ChatTemplate:
         from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
         kind = SandboxedEnvironment if mutable else ImmutableSandboxedEnvironment
-        env = kind(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        extensions = [loopcontrols, _generation_extension()]
+        env = kind(trim_blocks=True, lstrip_blocks=True, extensions=extensions)
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
