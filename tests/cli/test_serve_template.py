@@ -122,8 +122,8 @@ def test_the_prompt_is_the_templates_and_its_ids_the_vocabularys(
     acme: tuple[str, str], qwen_tokenizer_json: Path
 ) -> None:
     import httpx
-    import tokenizers
 
+    import tokenizers
     from chatfmt.template import ChatTemplate
 
     messages = [{"role": "user", "content": "What's new?"}]

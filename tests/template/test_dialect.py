@@ -262,7 +262,8 @@ def test_every_vendor_template_is_served_exactly_or_refused(
     refused: dict[str, str] = {}
     id_checked = set()
     for vendor in vendor_templates(vendor_wheel):
-        template = ChatTemplate(vendor.source, bos_token=vendor.bos_token, eos_token=vendor.eos_token)
+        tokens = {"bos_token": vendor.bos_token, "eos_token": vendor.eos_token}
+        template = ChatTemplate(vendor.source, **tokens)
         detected = detect_dialect(vendor.source, None).name
         if detected and check_dialect(get_dialect(detected), template).ok:
             continue  # served by its dialect, checked (tests/template/test_check.py)
