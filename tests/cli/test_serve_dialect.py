@@ -255,3 +255,27 @@ def test_chat_refuses_tools_for_a_model_whose_template_writes_none(
     assert main(["chat", "--model", str(path), "--tools", str(tools)]) == 2
     err = capsys.readouterr().err
     assert "shows it no tools" in err and "without --tools" in err and engine_calls == []
+
+
+def test_choose_dialect_says_how_the_model_is_served(tmp_path: Path) -> None:
+    import io
+
+    log = io.StringIO()
+    plain = write_gguf(tmp_path / "plain.gguf", template=PLAIN_CHATML)
+    chosen = model_format.choose_dialect(str(plain), None, template_check=True, log=log)
+    assert chosen.dialect is not None and chosen.dialect.name == "chatml"
+    assert chosen.description == "the chatml dialect, checked against the model's chat template"
+    assert model_format.choose_dialect("default", None, template_check=True, log=log) == (
+        None,
+        False,
+        None,
+    )
+    # No dialect fits, and a header-only file has no vocabulary to serve the template with.
+    phi = write_gguf(tmp_path / "phi.gguf", template=UNKNOWN)
+    with pytest.raises(ChatFmtError) as info:
+        model_format.choose_dialect(str(phi), None, template_check=True, log=log)
+    message = str(info.value)
+    assert message.startswith(f"cannot tell the chat format of {phi}")
+    assert "Nor can it be served through its own chat template: its vocabulary" in message
+    with pytest.raises(ChatFmtError, match="--dialect template serves a GGUF file"):
+        model_format.choose_dialect("default", "template", template_check=True, log=log)

@@ -309,6 +309,11 @@ def test_models_health_and_tokenize(make_fake, qwen_dialect, qwen) -> None:
     models = request(app, "GET", "/v1/models").json()
     assert models["object"] == "list"
     assert [m["id"] for m in models["data"]] == ["my-model"]
+    assert models["data"][0]["chat_format"] == {
+        "dialect": "qwen2.5",
+        "description": "the qwen2.5 dialect",
+        "chat_only": False,
+    }
     assert request(app, "GET", "/v1/models/my-model").json()["id"] == "my-model"
     missing = request(app, "GET", "/v1/models/gpt-4")
     assert missing.status_code == 404

@@ -180,7 +180,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     tools = load_tools_file(args.tools) if args.tools else None
     # Told from the file's header before the model loads: a wrong file fails at once.
-    named, chat_only = choose_dialect(
+    named, chat_only, _ = choose_dialect(
         args.model, args.dialect, template_check=not args.no_template_check, log=sys.stderr
     )
     if chat_only and tools:

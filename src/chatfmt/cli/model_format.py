@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from ..dialects import get_dialect
 from ..dialects.base import Dialect
@@ -127,12 +127,21 @@ def no_dialect_message(model: str, detection: Detection) -> str:
     )
 
 
+class ModelFormat(NamedTuple):
+    """How a model is served: its dialect (``None``: told once the engine runs), whether for
+    chat only, and how, in words (``/v1/models`` shows it)."""
+
+    dialect: Dialect | None
+    chat_only: bool
+    description: str | None = None
+
+
 def choose_dialect(
     model: str, named: str | None, *, template_check: bool, log: TextIO
-) -> tuple[Dialect | None, bool]:
-    """The dialect ``model`` is served in, decided before it loads, and whether for chat only
-    (``None``: not a file here — the default model or a remote engine's model — told once the
-    engine's vocabulary is known, :func:`default_dialect`).
+) -> ModelFormat:
+    """The dialect ``model`` is served in, decided before it loads, whether for chat only, and
+    how in words (the dialect ``None``: not a file here — the default model or a remote
+    engine's model — told once the engine's vocabulary is known, :func:`default_dialect`).
 
     - ``named`` (``--dialect``): that dialect, checked against a GGUF's own template
       (:func:`check_template`); ``"template"``: the model's own template as the dialect.
@@ -154,9 +163,9 @@ def choose_dialect(
     if named is not None:
         dialect = get_dialect(named)
         chat_only = is_file and check_template(model, dialect, required=template_check, log=log)
-        return dialect, chat_only
+        return ModelFormat(dialect, chat_only, f"the {named} dialect, as named (--dialect)")
     if not is_file:
-        return None, False
+        return ModelFormat(None, False)
     detection = detect_model_dialect(model)
     if detection.name is None:
         return _template_dialect(
@@ -185,13 +194,15 @@ def choose_dialect(
             file=log,
             flush=True,
         )
-        return dialect, False
+        return ModelFormat(dialect, False, f"the {dialect.name} dialect (no template to check)")
     if result.ok:
         print(f"chatfmt: {result.message}", file=log, flush=True)
-        return dialect, result.chat_only
+        checked = f"the {dialect.name} dialect, checked against the model's chat template"
+        return ModelFormat(dialect, result.chat_only, checked)
     if not template_check:
         print(f"chatfmt: warning: {result.message}", file=log, flush=True)
-        return dialect, result.chat_only
+        unchecked = f"the {dialect.name} dialect, which differs from the model's chat template"
+        return ModelFormat(dialect, result.chat_only, unchecked)
     return _template_dialect(
         model, log, why_not_built_in=result.message, short=result.message, detected=True
     )
@@ -204,7 +215,7 @@ def _template_dialect(
     why_not_built_in: str | None,
     short: str = "",
     detected: bool = False,
-) -> tuple[Dialect, bool]:
+) -> ModelFormat:
     """``model`` served through its own chat template, or the error that says why it cannot
     be (and, where a built-in dialect was tried, why that was not used either)."""
     from ..template.model import model_template_dialect
@@ -227,4 +238,4 @@ def _template_dialect(
     if short:
         print(f"chatfmt: no built-in dialect serves it exactly: {short}", file=log, flush=True)
     print(f"chatfmt: serving {model} through {why}", file=log, flush=True)
-    return dialect, dialect.chat_only
+    return ModelFormat(dialect, dialect.chat_only, dialect.description)

@@ -213,7 +213,7 @@ def run_server(
     limits = limits or DEFAULT_LIMITS
     # A named dialect is checked before anything starts, and so is a GGUF file's own (from its
     # header): a format that cannot be told is refused before the store opens or llama.cpp runs.
-    named, chat_only = choose_dialect(
+    named, chat_only, described = choose_dialect(
         model, dialect, template_check=template_check, log=sys.stderr
     )
     kept = (
@@ -257,6 +257,7 @@ def run_server(
             call_grammar=call_grammar,
             store=kept,
             chat_only=chat_only,
+            format_description=described,
         )
         if configure is not None:
             configure(app, app.state.service.engine, chosen)  # the engine /metrics counts

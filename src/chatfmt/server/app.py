@@ -67,6 +67,7 @@ def create_app(
     call_grammar: bool = True,
     store: Storage | None = None,
     chat_only: bool = False,
+    format_description: str | None = None,
 ) -> FastAPI:
     """An OpenAI-compatible app serving ``engine`` through ``dialect`` (and Anthropic's
     Messages API, on the same pipeline).
@@ -87,6 +88,8 @@ def create_app(
     calls a model may choose to make free (forced calls, strict tools and ``response_format``
     still are not).
     ``chat_only``: requests with tools are refused (the model's template writes none).
+    ``format_description``: how the model is served, in words, for ``/v1/models`` (by default
+    the dialect's own description, or its name).
     """
     metrics = ServerMetrics(engine)
     # Generations are counted at the engine, so routes added later (the web chat, which
@@ -101,6 +104,8 @@ def create_app(
         call_grammar=call_grammar,
         chat_only=chat_only,
     )
+    if format_description is not None:
+        service.format_description = format_description
     check_api_key(api_key)
     # No /docs or /redoc: FastAPI's pages load scripts from CDNs, on the origin of the API and
     # the code interpreter. The schema itself stays at /openapi.json.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from .._imports import require
 from ..errors import ChatFmtError
@@ -37,7 +37,7 @@ def _generation_extension() -> Any:
     from jinja2.ext import Extension
 
     class Generation(Extension):
-        tags: ClassVar[set[str]] = {"generation"}
+        tags = {"generation"}  # noqa: RUF012 - jinja2 declares it a plain attribute
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno

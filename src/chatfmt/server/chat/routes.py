@@ -68,10 +68,9 @@ def build_router(service: ChatService, *, api_key: ApiKeys) -> APIRouter:
         req = await read_json_body(request, ChatCompletionRequest, service.limits)
         return json_response(await asyncio.to_thread(service.render_info, req))
 
-    dialect = service.dialect
     chat_format = ChatFormat(
-        dialect=dialect.name,
-        description=getattr(dialect, "description", f"the {dialect.name} dialect"),
+        dialect=service.dialect.name,
+        description=service.format_description,
         chat_only=service.chat_only,
     )
     card = ModelCard(id=service.model_name, created=created, chat_format=chat_format)

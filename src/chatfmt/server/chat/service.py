@@ -166,6 +166,10 @@ class ChatService:
         #: The model's own template writes no tools (see :mod:`chatfmt.template`): requests
         #: with tools are refused rather than described in a way the model never saw.
         self.chat_only = chat_only
+        #: How the model is served, in words (``/v1/models``).
+        self.format_description: str = getattr(
+            dialect, "description", f"the {dialect.name} dialect"
+        )
         self.dialect = dialect
         self.model_name = model_name
         self.limits = limits
