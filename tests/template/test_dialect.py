@@ -301,3 +301,27 @@ def test_every_vendor_template_is_served_exactly_or_refused(
     assert "calls as GLM-4.7's XML" in through_template["glm-5.1"]
     assert "calls as MiniMax's XML" in through_template["minimax"]
     assert {"glm-4-32b-0414", "minimax", "deepseek-v3", "qwen2.5-omni-3b"} <= id_checked
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=conversations(reasoning=False))
+def test_qwen25s_template_gives_the_qwen25_dialects_ids(qwen: Any, body: dict[str, Any]) -> None:
+    """Two independent ways to Qwen2.5's prompt agree: its published template through the
+    template dialect, and the built-in dialect written in code."""
+    from chatfmt.dialects import get_dialect
+
+    template = ChatTemplate((TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text("utf-8"))
+    dialect = _qwen25_template(template.source, qwen)
+    conv = as_conversation(body["messages"], body["tools"])
+    assert dialect.render(conv, qwen).ids == get_dialect("qwen2.5").render(conv, qwen).ids
+
+
+_CACHE: dict[str, TemplateDialect] = {}
+
+
+def _qwen25_template(source: str, qwen: Any) -> TemplateDialect:
+    if source not in _CACHE:
+        dialect, why = template_dialect(ChatTemplate(source), qwen.controls)
+        assert dialect is not None, why
+        _CACHE[source] = dialect
+    return _CACHE[source]
