@@ -296,14 +296,24 @@ class TemplateDialect(Dialect):
             ("a reply at the end, no generation prompt", "Hello!"),
             ("several turns", "Hello! How can I help?"),
         ):
-            stops += self._control_after(self._probe_parts(_probe(probe)), reply, ())
+            try:
+                stops += self._control_after(self._probe_parts(_probe(probe)), reply, ())
+            except UnsafeTemplate:
+                raise
+            except ValidationError:
+                continue  # the template refuses this conversation (a system message)
         calls, shows_tools = self._call_syntax()
         if calls is not None:
             # The token after a call: the reply's end, or the results' turn (GLM's
             # <|observation|>), leaving out the call syntax's own tags.
-            parts = self._probe_parts(_probe("a call, its result and the answer"))
             tags = (TOOL_CALL, TOOL_CALL_END) if calls == "hermes" else _tags(calls)
-            stops += self._control_after(parts, "celsius", tags)
+            try:
+                parts = self._probe_parts(_probe("a call, its result and the answer"))
+                stops += self._control_after(parts, "celsius", tags)
+            except UnsafeTemplate:
+                raise
+            except ValidationError:
+                pass
         stops = list(dict.fromkeys(stops))
         if eos and eos in self._controls_in(eos) and eos not in stops:
             stops.append(eos)
@@ -401,18 +411,23 @@ def template_dialect(
     is (or ``None`` and why the template cannot be served through itself)."""
     try:
         dialect = TemplateDialect(template, controls)
+        rendered, refusal = 0, ""
         for probe in PROBES:
             conv = as_conversation(probe.body["messages"], probe.body.get("tools"))
             if conv.tools and dialect.chat_only:
                 continue
             try:
                 dialect.render_text(conv, add_generation_prompt=probe.generation_prompt)
+                rendered += 1
             except UnsafeTemplate as exc:
                 return None, f"{exc} (probe: {probe.name})"
-            except ValidationError:
-                continue  # the template refuses this conversation: so will the server
+            except ValidationError as exc:
+                # The template refuses this conversation: so will the server.
+                refusal = refusal or str(exc)
     except (UnsafeTemplate, TemplateError) as exc:
         return None, str(exc)
     except ValidationError as exc:
         return None, str(exc)
+    if not rendered:  # no conversation it can render: every request would be refused
+        return None, refusal
     return dialect, dialect.description
