@@ -50,6 +50,14 @@ _MESSAGE_TEXT = ("content", "reasoning_content", "name", "tool_call_id")
 _TOOL_KEYS = frozenset({"type", "function", "name", "description", "parameters", "strict"})
 
 
+_UNSAFE = (
+    "the model's chat template rewrites, reorders or branches on this conversation's text (it "
+    "changes a message's case, sorts a call's arguments, or tests what a message says), so "
+    "its control tokens cannot be told from the messages' text; rephrase the message, or serve "
+    "the model with a built-in dialect (--dialect)"
+)
+
+
 class UnsafeTemplate(ValidationError):
     """The template's render cannot be told apart into its own text and the request's."""
 
@@ -62,39 +70,74 @@ class Part:
     own: bool
 
 
-class Masker:
-    """Replaces a request's strings by markers, one per distinct string (``originals`` maps
-    each marker back)."""
+#: How deep a call's arguments may nest (deeper is refused, not a recursion error).
+MAX_DEPTH = 64
 
-    def __init__(self, avoid: Callable[[str], bool]) -> None:
-        nonce = secrets.token_hex(4)
-        while avoid(nonce):  # pragma: no cover - a collision with 32 random bits
+
+class Masker:
+    """Replaces a request's strings by markers, one per distinct non-empty string
+    (``originals`` maps each marker back). Markers are numbered in the order their strings
+    first appear, with a fixed width; :meth:`mirror` numbers the same strings the other way
+    round, with a prefix that sorts after the words chatfmt keeps (roles, schema keywords),
+    where this one's sorts before them."""
+
+    def __init__(self, avoid: Callable[[str], bool], *, nonce: str | None = None) -> None:
+        while nonce is None or avoid(nonce):
             nonce = secrets.token_hex(4)
+        self.nonce = nonce
         self._prefix = f"CFm{nonce}x"
         self.originals: dict[str, str] = {}
         self._markers: dict[str, str] = {}
+        self._order: dict[str, int] = {}
+
+    def mirror(self) -> Masker:
+        """A masker for the same strings, numbered in reverse and sorting after ``zz``."""
+        other = Masker(lambda _: False, nonce=self.nonce)
+        other._prefix = f"zzm{self.nonce}x"
+        last = len(self._order) - 1
+        for text, n in self._order.items():
+            other._add(text, last - n)
+        return other
+
+    def _add(self, s: str, n: int) -> str:
+        marker = f"{self._prefix}{n:06d}y"
+        self._markers[s] = marker
+        self._order[s] = n
+        self.originals[marker] = s
+        return marker
 
     def string(self, s: str) -> str:
-        if not s.strip():
-            return s  # blank text is no control token, and "" must stay falsy
+        if not s:
+            return s  # "" must stay falsy, and holds no token
         marker = self._markers.get(s)
-        if marker is None:
-            marker = f"{self._prefix}{len(self._markers)}y"
-            self._markers[s] = marker
-            self.originals[marker] = s
-        return marker
+        return marker if marker is not None else self._add(s, len(self._markers))
 
     def pattern(self) -> re.Pattern[str]:
         return re.compile(re.escape(self._prefix) + r"\d+y")
 
-    def data(self, v: Any) -> Any:
+    def canonical(self, text: str, order: Mapping[str, int]) -> str:
+        """``text`` with each marker written as its string's number in ``order`` (a marker
+        no string owns, from a template that cut one, as itself)."""
+
+        def number(m: re.Match[str]) -> str:
+            original = self.originals.get(m.group())
+            return m.group() if original is None else f"\x00{order[original]}\x00"
+
+        return self.pattern().sub(number, text)
+
+    def data(self, v: Any, depth: int = 0) -> Any:
         """Caller data (a call's arguments): every string masked, keys included."""
+        if depth > MAX_DEPTH:
+            raise ValidationError(
+                f"a call's arguments nest deeper than {MAX_DEPTH} levels; flatten them",
+                rule="template",
+            )
         if isinstance(v, str):
             return self.string(v)
         if isinstance(v, Mapping):
-            return {self.data(k): self.data(item) for k, item in v.items()}
+            return {self.data(k): self.data(item, depth + 1) for k, item in v.items()}
         if isinstance(v, list | tuple):
-            return [self.data(item) for item in v]
+            return [self.data(item, depth + 1) for item in v]
         return v  # numbers, booleans, None: no text a control token could hide in
 
     def schema(self, v: Any) -> Any:
@@ -105,8 +148,10 @@ class Masker:
             for k, item in v.items():
                 if k == "properties" and isinstance(item, Mapping):
                     out[k] = {self.data(n): self.schema(p) for n, p in item.items()}
-                elif k == "type" and (item in _SCHEMA_TYPES or isinstance(item, list)):
-                    out[k] = item if isinstance(item, str) else self.schema(item)
+                elif k == "type" and isinstance(item, str) and item in _SCHEMA_TYPES:
+                    out[k] = item
+                elif k == "type" and isinstance(item, list):
+                    out[k] = self.schema(item)  # ["string", "null"]: type names kept
                 elif k in _SCHEMA_KEYS:
                     out[k] = self.schema(item)
                 else:
@@ -186,31 +231,51 @@ def match(
 ) -> list[Part] | None:
     """``real`` as the template's own text and request strings, following ``masked``
     (``None``: ``real`` is not ``masked`` with its markers replaced by their strings)."""
-    pieces = pattern.split(masked)
+    literals = pattern.split(masked)  # literal k precedes marker k; the last follows
     markers = pattern.findall(masked)
-    literals = pieces  # literal k precedes marker k; the last follows the last marker
-    if not real.startswith(literals[0]):
-        return None
+    if not real.startswith(literals[0]) or any(m not in originals for m in markers):
+        return None  # (a marker no string owns: the template cut one)
     # Depth-first over each marker's forms; (marker, position) pairs known to fail are not
-    # tried twice, so a template that writes one string in several ways stays linear.
+    # tried twice, so a template that writes one string in several ways stays linear. Each
+    # step points back at the one before it rather than copying the parts found so far.
     failed: set[tuple[int, int]] = set()
-    stack: list[tuple[int, int, list[Part]]] = [(0, len(literals[0]), [Part(literals[0], True)])]
+    Step = tuple[Any, str] | None  # (the step before, the form chosen)
+    stack: list[tuple[int, int, Step]] = [(0, len(literals[0]), None)]
     while stack:
-        k, pos, parts = stack.pop()
+        k, pos, step = stack.pop()
         if k == len(markers):
             if pos == len(real):
-                return [p for p in parts if p.text]
+                return _parts(literals, step)
             continue
         if (k, pos) in failed:
             continue
         failed.add((k, pos))
+        if len(failed) > _TRIES_PER_STRING * (len(markers) + 1):
+            # Many ways to line the strings up (a run of strings that read alike written side
+            # by side): ambiguous, and the search would grow with the square of the run.
+            return None
         after = literals[k + 1]
         for form in reversed(_forms(originals[markers[k]])):  # pushed last: tried first
             end = pos + len(form)
             if real.startswith(form, pos) and real.startswith(after, end):
-                found = [*parts, Part(form, False), Part(after, True)]
-                stack.append((k + 1, end + len(after), found))
+                stack.append((k + 1, end + len(after), (step, form)))
     return None
+
+
+#: How many (string, position) pairs the match may try per string before it gives up.
+_TRIES_PER_STRING = 8
+
+
+def _parts(literals: Sequence[str], step: Any) -> list[Part]:
+    forms: list[str] = []
+    while step is not None:
+        step, form = step
+        forms.append(form)
+    forms.reverse()
+    parts = [Part(literals[0], True)]
+    for form, literal in zip(forms, literals[1:], strict=True):
+        parts += [Part(form, False), Part(literal, True)]
+    return [p for p in parts if p.text]
 
 
 def split_render(
@@ -225,14 +290,16 @@ def split_render(
     ``avoid`` says whether a marker prefix occurs in the template (it must not)."""
     masker = Masker(avoid)
     masked = render(masker.messages(messages), masker.tools(tools))
+    # The same strings numbered the other way and sorting last instead of first: a template
+    # that orders or picks text by its value (``dictsort``, ``sort``, ``min``) lays the two
+    # out differently, and its real render could line up with the masked one wrongly.
+    mirror = masker.mirror()
+    mirrored = render(mirror.messages(messages), mirror.tools(tools))
+    order = masker._order
+    if masker.canonical(masked, order) != mirror.canonical(mirrored, order):
+        raise UnsafeTemplate(_UNSAFE, rule="template")
     real = render([dict(m) for m in messages], [dict(t) for t in tools] if tools else None)
     parts = match(masked, real, masker.pattern(), masker.originals)
     if parts is None:
-        raise UnsafeTemplate(
-            "the model's chat template changes this conversation's text in a way chatfmt cannot "
-            "follow (it branches on, cuts or rewrites a message's content), so its control "
-            "tokens cannot be told from the messages' text; rephrase the message, or serve "
-            "the model with a built-in dialect (--dialect)",
-            rule="template",
-        )
+        raise UnsafeTemplate(_UNSAFE, rule="template")
     return parts
