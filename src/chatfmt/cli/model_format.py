@@ -101,12 +101,7 @@ def check_template(model: str, dialect: Dialect, *, required: bool, log: TextIO)
         print(f"chatfmt: warning: the chat template is not checked: {exc}", file=log, flush=True)
         return False
     if result is None:
-        print(
-            f"chatfmt: {model} carries no chat template: the {dialect.name} dialect is not "
-            "checked against one",
-            file=log,
-            flush=True,
-        )
+        _unchecked(model, dialect, log)
     elif result.ok:
         print(f"chatfmt: {result.message}", file=log, flush=True)
     elif required:
@@ -117,6 +112,15 @@ def check_template(model: str, dialect: Dialect, *, required: bool, log: TextIO)
     else:
         print(f"chatfmt: warning: {result.message}", file=log, flush=True)
     return result is not None and result.chat_only
+
+
+def _unchecked(model: str, dialect: Dialect, log: TextIO) -> None:
+    print(
+        f"chatfmt: {model} carries no chat template: the {dialect.name} dialect is not "
+        "checked against one",
+        file=log,
+        flush=True,
+    )
 
 
 def no_dialect_message(model: str, detection: Detection) -> str:
@@ -188,12 +192,7 @@ def choose_dialect(
             f"{dialect.name} --no-template-check to serve it with that dialect unchecked"
         ) from None
     if result is None:
-        print(
-            f"chatfmt: {model} carries no chat template: the {dialect.name} dialect is not "
-            "checked against one",
-            file=log,
-            flush=True,
-        )
+        _unchecked(model, dialect, log)
         return ModelFormat(dialect, False, f"the {dialect.name} dialect (no template to check)")
     if result.ok:
         print(f"chatfmt: {result.message}", file=log, flush=True)
