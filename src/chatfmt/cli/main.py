@@ -291,8 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .dataset import add_dataset_parser
     from .serve import add_serve_parser
     from .store import add_store_parser
+    from .template_check import add_template_parser
 
     add_serve_parser(sub)
+    add_template_parser(sub)
     add_store_parser(sub)
     add_dataset_parser(sub)
     return parser
