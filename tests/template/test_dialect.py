@@ -193,7 +193,8 @@ def test_a_thinking_template_switches_and_parses_its_thought(qwen3_tok: Any) -> 
     template = ChatTemplate((TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8"))
     dialect, _ = template_dialect(template, qwen3_tok.controls)
     assert dialect is not None
-    assert (dialect.format.think, dialect.reasoning, dialect.thinking) == (True, "switch", True)
+    assert dialect.format.think == ("<think>", "</think>")
+    assert (dialect.reasoning, dialect.thinking) == ("switch", True)
     off = dialect.with_reasoning(enabled=False)
     chat = [{"role": "user", "content": "Hi"}]
     assert off.render_text(chat).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")

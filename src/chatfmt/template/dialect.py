@@ -59,6 +59,8 @@ _XML_SYNTAXES: tuple[tuple[XMLSyntax, str], ...] = (
     (MINIMAX_XML, "MiniMax's XML (<invoke name=…><parameter name=…>)"),
 )
 _HERMES = "Hermes JSON in <tool_call> tags"
+#: The tags templates write a thought between (Qwen's and most; Mistral's; MiniMax-M3's).
+_THINK_TAGS = ((THINK, THINK_END), ("[THINK]", "[/THINK]"), ("<mm:think>", "</mm:think>"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +71,8 @@ class TemplateFormat:
     stops: tuple[str, ...]
     #: The call syntax (``None``: none chatfmt reads, or the template shows no tools).
     calls: CallSyntax | None
-    #: Whether replies may think in ``<think>`` … ``</think>``.
-    think: bool
+    #: The tags replies think between (``None``: the template writes no thought).
+    think: tuple[str, str] | None
     reasoning: ReasoningMode
     #: Thinking on by default (``switch``: the template's default for ``enable_thinking``).
     thinking: bool
@@ -81,7 +83,7 @@ class TemplateFormat:
 
     @property
     def description(self) -> str:
-        reasoning = ", reasoning in <think>" if self.think else ""
+        reasoning = f", reasoning in {self.think[0]}" if self.think else ""
         if not self.shows_tools:
             calls = "for chat only: it shows the model no tools"
         elif self.calls is None:
@@ -200,9 +202,10 @@ class TemplateDialect(Dialect):
         return self.format.opens_thought[0 if self.thinking else 1]
 
     def after_thought(self, grammar: Grammar) -> Grammar:
-        if not self.format.think or not self.thinking:
+        if self.format.think is None or not self.thinking:
             return grammar
-        return thought_first(grammar, THINK, THINK_END, opened=self.prompt_opens_thought)
+        open_tag, close_tag = self.format.think
+        return thought_first(grammar, open_tag, close_tag, opened=self.prompt_opens_thought)
 
     # ==== Calls ====
 
@@ -252,10 +255,16 @@ class TemplateDialect(Dialect):
             )
         else:
             answer = PlainParser(id_factory=id_factory, stop_controls=self.stop_controls)
-        if not self.format.think:
+        if self.format.think is None:
             return answer
-        return ThinkParser.after_prompt_of(
-            self, answer, id_factory, started=self.thinking and self.prompt_opens_thought
+        open_tag, close_tag = self.format.think
+        return ThinkParser(
+            answer,
+            id_factory=id_factory,
+            stop_controls=self.stop_controls,
+            open_tag=open_tag,
+            close_tag=close_tag,
+            started=self.thinking and self.prompt_opens_thought,
         )
 
     # ==== What the template writes ====
@@ -324,12 +333,12 @@ class TemplateDialect(Dialect):
                 rule="template",
             )
         source = self.template.source
-        think = THINK in source and THINK_END in source
+        think = next((tags for tags in _THINK_TAGS if all(t in source for t in tags)), None)
         prompt = _probe("one user message")
 
         def opens(**extra: Any) -> bool:
             tail = self._probe_parts(prompt, **extra)[-1]
-            return tail.own and tail.text.rstrip().endswith(THINK)
+            return think is not None and tail.own and tail.text.rstrip().endswith(think[0])
 
         reasoning: ReasoningMode = "never"
         thinking = False
