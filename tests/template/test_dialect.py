@@ -387,3 +387,26 @@ def test_a_template_that_cuts_a_string_is_refused_cleanly(qwen: Any) -> None:
     )
     dialect, why = template_dialect(ChatTemplate(source), qwen.controls)
     assert dialect is None and "rewrites, reorders or branches" in why
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=conversations(reasoning=False))
+def test_training_data_through_the_template_is_the_qwen25_dialects(
+    qwen: Any, body: dict[str, Any]
+) -> None:
+    """Training rows (ids and the labels of what the model produces) through Qwen2.5's
+    published template equal the built-in dialect's."""
+    from chatfmt.dialects import get_dialect
+    from chatfmt.training.render import TrainingError, render_for_training
+
+    template = ChatTemplate((TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text("utf-8"))
+    dialect = _qwen25_template(template.source, qwen)
+    messages, tools = body["messages"], body["tools"]
+    try:
+        built_in = render_for_training(messages, get_dialect("qwen2.5"), qwen, tools=tools)
+    except TrainingError as exc:  # nothing to train on (no reply): the same refusal
+        with pytest.raises(TrainingError, match=re.escape(str(exc)[:40])):
+            render_for_training(messages, dialect, qwen, tools=tools)
+        return
+    ours = render_for_training(messages, dialect, qwen, tools=tools)
+    assert (ours.input_ids, ours.labels) == (built_in.input_ids, built_in.labels)
