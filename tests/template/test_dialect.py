@@ -199,6 +199,10 @@ def test_a_thinking_template_switches_and_parses_its_thought(qwen3_tok: Any) -> 
     chat = [{"role": "user", "content": "Hi"}]
     assert off.render_text(chat).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert dialect.render_text(chat).endswith("<|im_start|>assistant\n")
+    # A thinking budget closes the thought as the template writes a kept one.
+    from chatfmt.dialects import get_dialect
+
+    assert dialect.close_thought() == get_dialect("qwen3").close_thought()
     result = dialect.parse("<think>\nGreet.\n</think>\n\nHello!<|im_end|>")
     (message,) = result.messages
     assert (message.reasoning, message.content) == ("Greet.", "Hello!")

@@ -44,7 +44,7 @@ from ..errors import ValidationError
 from ..grammar import Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from ..messages import Conversation, as_conversation
-from ..segments import BlockBuilder, Segment
+from ..segments import BlockBuilder, Control, Segment, Text
 from .check import PROBES, Probe, template_messages
 from .jinja import ChatTemplate, TemplateError
 from .split import Masker, Part, UnsafeTemplate, split_render
@@ -80,6 +80,9 @@ class TemplateFormat:
     opens_thought: tuple[bool, bool]
     #: Whether the template shows the model its tools at all.
     shows_tools: bool = True
+    #: The template's text between a finished thought and the answer (``"\n</think>\n\n"``;
+    #: empty: it keeps no thought in a final reply to read it from).
+    closing: str = ""
 
     @property
     def description(self) -> str:
@@ -206,6 +209,24 @@ class TemplateDialect(Dialect):
             return grammar
         open_tag, close_tag = self.format.think
         return thought_first(grammar, open_tag, close_tag, opened=self.prompt_opens_thought)
+
+    def close_thought(self) -> tuple[Segment, ...] | None:
+        """What the template writes between a kept thought and the answer, read from a reply
+        rendered with both (``None``: it keeps no thought to read it from; a thinking budget is
+        then refused)."""
+        closing = self.format.closing
+        if not closing:
+            return None
+        out: list[Segment] = []
+        at = 0
+        for found in self._control_re.finditer(closing) if self._control_re else ():
+            if found.start() > at:
+                out.append(Text(closing[at : found.start()]))
+            out.append(Control(found.group(), required=False))
+            at = found.end()
+        if at < len(closing):
+            out.append(Text(closing[at:]))
+        return tuple(out)
 
     # ==== Calls ====
 
@@ -356,11 +377,31 @@ class TemplateDialect(Dialect):
             stops=tuple(stops),
             calls=calls,
             shows_tools=shows_tools,
+            closing=self._closing(think[1]) if think is not None else "",
             think=think,
             reasoning=reasoning,
             thinking=thinking,
             opens_thought=opened,
         )
+
+    def _closing(self, close_tag: str) -> str:
+        """The template's own text between a final reply's thought and its answer, where it
+        holds the closing tag (a template that drops the thought has none to show)."""
+        reply = [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!", "reasoning_content": "Greet back."},
+        ]
+        try:
+            parts = self.parts(as_conversation(reply), False)
+        except ValidationError:
+            return ""
+        texts = [p.text for p in parts]
+        for k in range(len(parts) - 2):
+            if not parts[k].own and texts[k].strip() == "Greet back.":
+                if parts[k + 1].own and not parts[k + 2].own and close_tag in texts[k + 1]:
+                    if texts[k + 2].strip() == "Hello!":
+                        return texts[k + 1]
+        return ""
 
     def _shows_tools(self) -> bool:
         """Whether a probe with tools renders otherwise without them (a system prompt's, or
