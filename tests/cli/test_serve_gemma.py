@@ -5,16 +5,13 @@ official ``openai`` client: the reply is exactly what llama.cpp's server generat
 from __future__ import annotations
 
 import importlib.util
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from serve_process import chatfmt_serve
 
 if importlib.util.find_spec("llama_cpp") is None:
     pytest.skip("llama-cpp-python is not installed (chatfmt[local])", allow_module_level=True)
@@ -27,43 +24,15 @@ MESSAGES = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served(gemma_gguf: Path) -> Iterator[str]:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "chatfmt.cli", "serve", "--model", str(gemma_gguf)]
-    cmd += ["--dialect", "gemma3", "--port", str(port), "--threads", "1", "--no-web"]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
-    )
-    lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "serving" in line and "/v1" in line:
-                break
+    args = ["--model", str(gemma_gguf), "--dialect", "gemma3", "--threads", "1", "--no-web"]
+    with chatfmt_serve(args, ready=lambda line: "serving" in line and "/v1" in line) as (
+        port,
+        lines,
+    ):
         assert any("gemma3" in x and "/v1" in x for x in lines), "".join(lines)
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def reference_reply(gguf: Path, max_tokens: int, raw_llama_server: Any) -> tuple[str, list[int]]:

@@ -11,17 +11,13 @@ dialect's fingerprint fits, so the model is served through the template. After
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from serve_process import chatfmt_serve
 from tiny_gguf import write_bigram_gguf
 
 pytestmark = pytest.mark.slow
@@ -44,12 +40,6 @@ CLOCK = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _gguf(tmp: Path, tokenizer_json: Path, template: str) -> Path:
     return write_bigram_gguf(
         tmp / f"tiny-{template}.gguf",
@@ -62,35 +52,14 @@ def _gguf(tmp: Path, tokenizer_json: Path, template: str) -> Path:
 
 
 def _serve(gguf: Path, binary: Path) -> Iterator[tuple[str, str]]:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "chatfmt.cli", "serve", "--model", str(gguf)]
-    cmd += ["--port", str(port), "--threads", "1", "--no-web", "--no-store", "--n-ctx", "2048"]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1", CHATFMT_LLAMA_SERVER=str(binary)),
-    )
-    lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "serving" in line and "/v1" in line:
-                break
+    args = ["--model", str(gguf), "--threads", "1", "--no-web", "--no-store", "--n-ctx", "2048"]
+    with chatfmt_serve(
+        args,
+        ready=lambda line: "serving" in line and "/v1" in line,
+        env={"CHATFMT_LLAMA_SERVER": str(binary)},
+    ) as (port, lines):
         assert any("/v1" in x for x in lines), "".join(lines)
         yield f"http://127.0.0.1:{port}", "".join(lines)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="module")

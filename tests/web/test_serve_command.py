@@ -4,14 +4,11 @@ in headless Chromium and the API through the official `openai` client."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import pytest
+
+from serve_process import chatfmt_serve
 
 from .test_e2e import _page, browser, send, shot, wait_idle  # noqa: F401 (browser: a fixture)
 
@@ -26,47 +23,14 @@ from playwright.sync_api import Browser, expect
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served() -> Iterator[str]:
-    port = _free_port()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "chatfmt.cli", "serve", "--port", str(port)),
-            *("--threads", "1", "--n-ctx", "4096"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    lines: list[str] = []
-    deadline = time.monotonic() + 300
-    try:
-        assert proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "web chat at" in line:
-                break
+    args = ["--threads", "1", "--n-ctx", "4096"]
+    with chatfmt_serve(args, ready=lambda line: "web chat at" in line) as (port, lines):
         assert any("web chat at" in x for x in lines), "".join(lines)
         # The server binds to loopback by default.
         assert f"http://127.0.0.1:{port}/v1" in "".join(lines)
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_openai_client_against_chatfmt_serve(served: str) -> None:
