@@ -23,7 +23,6 @@ construction, and keeps chatfmt's promises on top:
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from ..errors import ValidationError
 from ..grammar import Grammar, ToolLike, thought_first
 from ..markup import THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from ..messages import Conversation, as_conversation
-from ..segments import BlockBuilder, Control, Segment, Text
+from ..segments import BlockBuilder, Control, Segment
 from .check import PROBES, Probe, template_messages
 from .jinja import ChatTemplate, TemplateError
 from .split import Masker, Part, UnsafeTemplate, split_render
@@ -119,10 +118,10 @@ class TemplateDialect(Dialect):
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.template = template
-        vocabulary = sorted({c for c in controls if c}, key=len, reverse=True)
-        self._control_re = (
-            re.compile("|".join(map(re.escape, vocabulary))) if vocabulary else None
-        )
+        vocabulary = tuple(sorted({c for c in controls if c}))
+        # The template's own text is written with BlockBuilder.tagged: every control token of
+        # the vocabulary in it is one; a request's text never is.
+        self.inline_controls = vocabulary
         # Nothing else is passed, as transformers passes nothing else (a Llama template's
         # date_string keeps its default).
         self._extra = dict(extra or {})
@@ -174,29 +173,31 @@ class TemplateDialect(Dialect):
         request's (:func:`~.split.split_render`)."""
         messages = template_messages(conversation)
         tools = [t.definition for t in conversation.tools] or None
-        request = json.dumps([messages, tools], ensure_ascii=False, default=str)
-
-        def avoid(nonce: str) -> bool:
-            return nonce in self.template.source or nonce in request
-
+        # Markers are looked for only in renders of masked requests, where no request text
+        # is left: they need only differ from the template's own text.
         return split_render(
-            lambda m, t: self._render(m, t, add_generation_prompt), messages, tools, avoid=avoid
+            lambda m, t: self._render(m, t, add_generation_prompt),
+            messages,
+            tools,
+            avoid=self.template.source.__contains__,
         )
 
     def write(
         self, b: BlockBuilder, conversation: Conversation, add_generation_prompt: bool
     ) -> None:
         for part in self.parts(conversation, add_generation_prompt):
-            if not part.own or self._control_re is None:
+            if part.own:
+                b.tagged(part.text)
+            else:
                 b.text(part.text)
-                continue
-            at = 0
-            for found in self._control_re.finditer(part.text):
-                b.text(part.text[at : found.start()])
-                b.control(found.group())
-                at = found.end()
-            b.text(part.text[at:])
         b.block(range(len(conversation.messages)))
+
+    def _own_segments(self, text: str) -> tuple[Segment, ...]:
+        """The template's own ``text`` as segments, its control tokens split out."""
+        b = self._builder()
+        b.tagged(text)
+        b.block()
+        return b.blocks[0].segments
 
     # ==== Reasoning ====
 
@@ -214,19 +215,7 @@ class TemplateDialect(Dialect):
         """What the template writes between a kept thought and the answer, read from a reply
         rendered with both (``None``: it keeps no thought to read it from; a thinking budget is
         then refused)."""
-        closing = self.format.closing
-        if not closing:
-            return None
-        out: list[Segment] = []
-        at = 0
-        for found in self._control_re.finditer(closing) if self._control_re else ():
-            if found.start() > at:
-                out.append(Text(closing[at : found.start()]))
-            out.append(Control(found.group(), required=False))
-            at = found.end()
-        if at < len(closing):
-            out.append(Text(closing[at:]))
-        return tuple(out)
+        return self._own_segments(self.format.closing) if self.format.closing else None
 
     # ==== Calls ====
 
@@ -315,7 +304,17 @@ class TemplateDialect(Dialect):
         return []
 
     def _controls_in(self, text: str) -> list[str]:
-        return [] if self._control_re is None else self._control_re.findall(text)
+        return [s.token for s in self._own_segments(text) if isinstance(s, Control)]
+
+    def _refusable(self, probe: str) -> list[Part] | None:
+        """The probe's parts; ``None`` where the template refuses the conversation (a system
+        message, say), which reading what it writes passes over."""
+        try:
+            return self._probe_parts(_probe(probe))
+        except UnsafeTemplate:
+            raise
+        except ValidationError:
+            return None
 
     def _read_format(self, eos: str) -> TemplateFormat:
         self.reasoning = "never"  # the probes render without the switch
@@ -326,24 +325,15 @@ class TemplateDialect(Dialect):
             ("a reply at the end, no generation prompt", "Hello!"),
             ("several turns", "Hello! How can I help?"),
         ):
-            try:
-                stops += self._control_after(self._probe_parts(_probe(probe)), reply, ())
-            except UnsafeTemplate:
-                raise
-            except ValidationError:
-                continue  # the template refuses this conversation (a system message)
+            parts = self._refusable(probe)
+            stops += self._control_after(parts, reply, ()) if parts is not None else []
         calls, shows_tools = self._call_syntax()
-        if calls is not None:
+        parts = self._refusable("a call, its result and the answer") if calls else None
+        if calls is not None and parts is not None:
             # The token after a call: the reply's end, or the results' turn (GLM's
             # <|observation|>), leaving out the call syntax's own tags.
             tags = (TOOL_CALL, TOOL_CALL_END) if calls == "hermes" else _tags(calls)
-            try:
-                parts = self._probe_parts(_probe("a call, its result and the answer"))
-                stops += self._control_after(parts, "celsius", tags)
-            except UnsafeTemplate:
-                raise
-            except ValidationError:
-                pass
+            stops += self._control_after(parts, "celsius", tags)
         stops = list(dict.fromkeys(stops))
         if eos and eos in self._controls_in(eos) and eos not in stops:
             stops.append(eos)
@@ -355,24 +345,24 @@ class TemplateDialect(Dialect):
             )
         source = self.template.source
         think = next((tags for tags in _THINK_TAGS if all(t in source for t in tags)), None)
-        prompt = _probe("one user message")
-
-        def opens(**extra: Any) -> bool:
-            tail = self._probe_parts(prompt, **extra)[-1]
-            return think is not None and tail.own and tail.text.rstrip().endswith(think[0])
-
         reasoning: ReasoningMode = "never"
         thinking = False
         opened = (False, False)
-        if think:
-            on, off = opens(enable_thinking=True), opens(enable_thinking=False)
-            default = self._probe_parts(prompt)[-1].text
-            switch = self._probe_parts(prompt, enable_thinking=False)[-1].text != default
-            reasoning = "switch" if switch and "enable_thinking" in source else "always"
-            thinking = reasoning == "always" or default == (
-                self._probe_parts(prompt, enable_thinking=True)[-1].text
+        if think is not None:
+            # The generation prompt as the template writes it by default, switched on, off.
+            prompt = _probe("one user message")
+            default, on, off = (
+                self._probe_parts(prompt, **extra)[-1]
+                for extra in ({}, {"enable_thinking": True}, {"enable_thinking": False})
             )
-            opened = (on, off)
+            switch = off.text != default.text
+            reasoning = "switch" if switch and "enable_thinking" in source else "always"
+            thinking = reasoning == "always" or default.text == on.text
+            open_tag = think[0]
+            on_opens, off_opens = (
+                t.own and t.text.rstrip().endswith(open_tag) for t in (on, off)
+            )
+            opened = (on_opens, off_opens)
         return TemplateFormat(
             stops=tuple(stops),
             calls=calls,
@@ -407,9 +397,10 @@ class TemplateDialect(Dialect):
         """Whether a probe with tools renders otherwise without them (a system prompt's, or
         the call's: templates list tools in one place or the other)."""
         for name in ("a system prompt and tools", "a call, its result and the answer"):
-            conv = as_conversation(_probe(name).body["messages"])
+            body = _probe(name).body
+            conv = as_conversation(body["messages"], body["tools"])
             messages = template_messages(conv)
-            tools = [t.definition for t in as_conversation([], _probe(name).body["tools"]).tools]
+            tools = [t.definition for t in conv.tools]
             try:
                 if self._render(messages, tools, False) != self._render(messages, None, False):
                     return True
