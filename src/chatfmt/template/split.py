@@ -88,21 +88,22 @@ class Masker:
         self._prefix = f"CFm{nonce}x"
         self.originals: dict[str, str] = {}
         self._markers: dict[str, str] = {}
-        self._order: dict[str, int] = {}
+        #: Each string's number (its marker's), in the order strings first appeared.
+        self.order: dict[str, int] = {}
 
     def mirror(self) -> Masker:
         """A masker for the same strings, numbered in reverse and sorting after ``zz``."""
         other = Masker(lambda _: False, nonce=self.nonce)
         other._prefix = f"zzm{self.nonce}x"
-        last = len(self._order) - 1
-        for text, n in self._order.items():
+        last = len(self.order) - 1
+        for text, n in self.order.items():
             other._add(text, last - n)
         return other
 
     def _add(self, s: str, n: int) -> str:
         marker = f"{self._prefix}{n:06d}y"
         self._markers[s] = marker
-        self._order[s] = n
+        self.order[s] = n
         self.originals[marker] = s
         return marker
 
@@ -295,7 +296,7 @@ def split_render(
     # out differently, and its real render could line up with the masked one wrongly.
     mirror = masker.mirror()
     mirrored = render(mirror.messages(messages), mirror.tools(tools))
-    order = masker._order
+    order = masker.order
     if masker.canonical(masked, order) != mirror.canonical(mirrored, order):
         raise UnsafeTemplate(_UNSAFE, rule="template")
     real = render([dict(m) for m in messages], [dict(t) for t in tools] if tools else None)
